@@ -1,0 +1,133 @@
+/* hymt_common.h — types and contracts shared by every kernel header.
+ *
+ * Layout of the kernel sources (one header per format, each holding its scalar reference beside
+ * its SIMD variants):
+ *   hymt_common.h   this file: ISA ids, target attributes, fp16, int8 activation groups, the
+ *                   format descriptor every format fills in
+ *   cpu.h           CPU feature detection (cpuid / auxv) and the run-time ISA choice
+ *   fmt_*.h         one per tensor format: decoder, float32 row dot, int8 GEMM per ISA
+ *   matmul.h        the driver: activation preparation, OpenMP split over rows, dispatch
+ *
+ * Numerical contract (REFERENCE.md §3.4, §3.6): for a given format, every ISA variant of the int8
+ * GEMM returns bit-identical results to that format's scalar reference. Integer sums are exact;
+ * float32 accumulation must follow exactly the order the scalar reference defines, so each scalar
+ * reference is written with the lane structure its SIMD siblings use (e.g. 16 float accumulators
+ * reduced by a fixed tree). Builds use -ffp-contract=off: a*b+c is never silently fused; use an
+ * explicit fma only where the scalar reference uses fmaf() too.
+ *
+ * Batch invariance (REFERENCE.md §0.5, §3.3): the value of Y[t, r] must not depend on n, on which
+ * other tokens share the call, nor on the row range a thread was given.
+ */
+#ifndef HYMT_COMMON_H
+#define HYMT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define HYMT_X86 1
+#include <immintrin.h>
+#define HYMT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HYMT_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+/* Only used where cpu.h reports VBMI as well (vpermb); never required by the avx512 family. */
+#define HYMT_TARGET_AVX512VBMI \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+#endif
+
+#if defined(__aarch64__)
+#define HYMT_ARM64 1
+#include <arm_neon.h>
+#define HYMT_TARGET_DOTPROD __attribute__((target("+dotprod")))
+#endif
+
+#define HYMT_INLINE static inline __attribute__((always_inline))
+
+/* Kernel families, in the order of preference on x86 (best last). */
+enum hymt_isa {
+    HYMT_ISA_SCALAR = 0,
+    HYMT_ISA_AVX2 = 1,
+    HYMT_ISA_AVX512 = 2,
+    HYMT_ISA_NEON = 3,
+    HYMT_ISA_COUNT = 4
+};
+
+/* IEEE half -> float32, exact for every input (subnormals, infinities, NaN). */
+static inline float hymt_fp16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while ((mant & 0x400u) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+HYMT_INLINE uint16_t hymt_load_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* int8 activations of one group of 256 consecutive inputs (REFERENCE.md §3.4), 320 bytes so an
+ * array of groups keeps every qs 64-byte aligned when the array is.
+ *   qs[i]    = round_half_to_even(x[i] * 127 / max|x|), clamped to [-127, 127]  (all 0 if max == 0)
+ *   d        = max|x| / 127                                                      (0 if max == 0)
+ *   bsums[k] = sum of qs[16k .. 16k+16)   (exact: |bsums| <= 2032)
+ *   sum      = sum of all 256 qs          (exact) */
+typedef struct {
+    int8_t qs[256];
+    int16_t bsums[16];
+    float d;
+    int32_t sum;
+    uint8_t pad[24];
+} hymt_q8g;
+
+#define HYMT_Q8G_SIZE 256
+
+/* Y[t * y_stride + r] for t in [0, n), r in [r0, r1) of a packed weight matrix.
+ *   w           start of row 0 of the weight (rows are row_bytes apart)
+ *   act         prepared activations of token 0; token t starts at act + t * act_stride
+ *   cols        inputs per row (a multiple of the format's block length, checked by the caller)
+ * Must process weight blocks once per tile of tokens (batching), and give each (t, r) exactly the
+ * value it would get with n == 1. */
+typedef void (*hymt_gemm_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                             const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                             float *y, int64_t y_stride);
+
+/* Float-activation dot of one packed row with x[cols] (the float32 reference path, §3.3). */
+typedef float (*hymt_row_dot_f32_fn)(const uint8_t *row, const float *x, int64_t cols);
+
+/* One token's activations prepared for the format's int8 GEMM; act_stride(cols) bytes. */
+typedef void (*hymt_prepare_fn)(const float *x, int64_t cols, uint8_t *act);
+typedef size_t (*hymt_act_stride_fn)(int64_t cols);
+
+/* Bit-exact block decoder (REFERENCE.md §2): nblocks whole blocks -> nblocks * block_len floats. */
+typedef void (*hymt_decode_fn)(const uint8_t *src, float *dst, int64_t nblocks);
+
+typedef struct {
+    const char *name;         /* "Q6_K" */
+    int block_len;            /* weights per block */
+    int block_bytes;          /* bytes per block */
+    hymt_decode_fn decode;
+    hymt_row_dot_f32_fn row_dot_f32;
+    hymt_prepare_fn prepare;  /* NULL: no int8 path (F32, F16) */
+    hymt_act_stride_fn act_stride;
+    hymt_gemm_fn gemm[HYMT_ISA_COUNT]; /* gemm[HYMT_ISA_SCALAR] is the reference; NULL entries fall
+                                          back to the scalar reference */
+} hymt_format;
+
+#endif /* HYMT_COMMON_H */
