@@ -1,4 +1,4 @@
-"""GGUF v3 files: a memory-mapped, fully validated reader (REFERENCE.md §1) and the writer tests use.
+"""GGUF v3 files: a memory-mapped, fully validated reader (REFERENCE.md §1); re-exports the writer and formats.
 
 The reader maps the whole file read-only, parses the metadata once and exposes each tensor as a read-only
 uint8 numpy view of the mapping (never a copy). Every count and length is checked against the bytes that
@@ -21,13 +21,38 @@ import struct
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hymt.errors import GGUFError
+from hymt.gguf_format import (
+    ARRAY_MIN_ELEMENT_BYTES,
+    DEFAULT_ALIGNMENT,
+    DTYPES,
+    FLOAT_VALUE_TYPES,
+    GGUF_MAGIC,
+    GGUF_VERSION,
+    INTEGER_VALUE_TYPES,
+    LEGACY_TYPE_IDS,
+    MAX_ALIGNMENT,
+    MAX_ARRAY_COUNT,
+    MAX_RANK,
+    MAX_STRING_BYTES,
+    MIN_KV_BYTES,
+    MIN_TENSOR_INFO_BYTES,
+    PROFILES,
+    Q2C_SHA256,
+    STQ_SHA256,
+    TENCENT_ARCHITECTURE,
+    TENCENT_PROFILES,
+    VALUE_NUMPY_DTYPES,
+    DType,
+    GGUFValueType,
+    dtype_for,
+)
+from hymt.gguf_writer import GGUFWriter
 
 __all__ = [
     "DTYPES",
@@ -43,112 +68,6 @@ __all__ = [
     "dtype_for",
     "file_sha256",
 ]
-
-GGUF_MAGIC = b"GGUF"
-GGUF_VERSION = 3
-DEFAULT_ALIGNMENT = 32
-MAX_ALIGNMENT = 65536
-MAX_STRING_BYTES = 64 * 1024 * 1024
-MAX_ARRAY_COUNT = 16_000_000
-MAX_RANK = 4
-# Smallest possible encoding of one tensor-table entry (8-byte name length, rank, one dim, type, offset)
-# and of one key/value pair (8-byte key length, 1-byte key, type, 1-byte value): the bounds check of §1.2.
-MIN_TENSOR_INFO_BYTES = 24
-MIN_KV_BYTES = 13
-
-STQ_SHA256 = "cc497fe8f033b52b3b8b00a7669e9661435432f9d4cd43f7ed24400c01507a93"
-Q2C_SHA256 = "dcc33bbae9b28d923c8c76a64f6157840841d26f8774f3dfd770d5fabeeb1cd7"
-
-PROFILES = ("auto", "standard", "tencent-q2-0c", "tencent-stq1")
-LEGACY_TYPE_IDS = frozenset({40, 42})
-
-
-class GGUFValueType(IntEnum):
-    UINT8 = 0
-    INT8 = 1
-    UINT16 = 2
-    INT16 = 3
-    UINT32 = 4
-    INT32 = 5
-    FLOAT32 = 6
-    BOOL = 7
-    STRING = 8
-    ARRAY = 9
-    UINT64 = 10
-    INT64 = 11
-    FLOAT64 = 12
-
-
-# numpy dtypes (little-endian) of the fixed-size value types.
-VALUE_NUMPY_DTYPES: dict[int, np.dtype] = {
-    GGUFValueType.UINT8: np.dtype("<u1"),
-    GGUFValueType.INT8: np.dtype("<i1"),
-    GGUFValueType.UINT16: np.dtype("<u2"),
-    GGUFValueType.INT16: np.dtype("<i2"),
-    GGUFValueType.UINT32: np.dtype("<u4"),
-    GGUFValueType.INT32: np.dtype("<i4"),
-    GGUFValueType.FLOAT32: np.dtype("<f4"),
-    GGUFValueType.BOOL: np.dtype("<u1"),
-    GGUFValueType.UINT64: np.dtype("<u8"),
-    GGUFValueType.INT64: np.dtype("<i8"),
-    GGUFValueType.FLOAT64: np.dtype("<f8"),
-}
-INTEGER_VALUE_TYPES = frozenset(
-    {
-        GGUFValueType.UINT8,
-        GGUFValueType.INT8,
-        GGUFValueType.UINT16,
-        GGUFValueType.INT16,
-        GGUFValueType.UINT32,
-        GGUFValueType.INT32,
-        GGUFValueType.UINT64,
-        GGUFValueType.INT64,
-    }
-)
-FLOAT_VALUE_TYPES = frozenset({GGUFValueType.FLOAT32, GGUFValueType.FLOAT64})
-# Minimum bytes per array element for the bounds check (§1.3); a string is at least its 8-byte length.
-ARRAY_MIN_ELEMENT_BYTES = {t: d.itemsize for t, d in VALUE_NUMPY_DTYPES.items()} | {GGUFValueType.STRING: 8}
-
-
-@dataclass(frozen=True)
-class DType:
-    """A tensor format: ``block_len`` weights are stored in ``block_bytes`` bytes."""
-
-    name: str
-    type_id: int
-    block_len: int
-    block_bytes: int
-
-    def byte_len(self, elements: int) -> int:
-        return elements // self.block_len * self.block_bytes
-
-
-DTYPES: dict[str, DType] = {
-    d.name: d
-    for d in (
-        DType("F32", 0, 1, 4),
-        DType("F16", 1, 1, 2),
-        DType("Q8_0", 8, 32, 34),
-        DType("Q4_K", 12, 256, 144),
-        DType("Q6_K", 14, 256, 210),
-        DType("Q2_0C", 40, 512, 130),
-        DType("STQ1_0", 42, 256, 42),
-    )
-}
-_STANDARD_IDS = {d.type_id: d for d in DTYPES.values() if d.type_id not in LEGACY_TYPE_IDS}
-_PROFILE_TYPE_IDS: dict[str, dict[int, DType]] = {
-    "standard": _STANDARD_IDS,
-    "tencent-q2-0c": _STANDARD_IDS | {40: DTYPES["Q2_0C"]},
-    "tencent-stq1": _STANDARD_IDS | {42: DTYPES["STQ1_0"]},
-}
-# The type id, architecture and general.file_type a Tencent low-bit export must have (§1.6).
-_TENCENT_PROFILES = {"tencent-q2-0c": (40, 39), "tencent-stq1": (42, 41)}
-_TENCENT_ARCHITECTURE = "hunyuan-dense"
-
-
-def dtype_for(type_id: int, profile: str) -> DType | None:
-    """The format a raw type id means under a resolved profile, or None when it is not supported."""
-    return _PROFILE_TYPE_IDS[profile].get(type_id)
 
 
 @dataclass(frozen=True)
@@ -227,7 +146,6 @@ class GGUFTensor:
 _MISSING = object()
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_HEADER = struct.Struct("<4sIQQ")
 
 
 class _Parser:
@@ -367,7 +285,7 @@ class GGUFFile:
             raw_tensors = self._parse_header(buf)
             self.profile = self._resolve_profile(profile, raw_tensors, stat)
             self._validate_tensors(raw_tensors)
-            if self.profile in _TENCENT_PROFILES:
+            if self.profile in TENCENT_PROFILES:
                 self._check_tencent()
         except BaseException:
             self.close()
@@ -481,8 +399,8 @@ class GGUFFile:
                 raise GGUFError(f"overlapping tensors {a.name} and {b.name}")
 
     def _check_tencent(self) -> None:
-        type_id, file_type = _TENCENT_PROFILES[self.profile]
-        if self.metadata.get("general.architecture") != _TENCENT_ARCHITECTURE:
+        type_id, file_type = TENCENT_PROFILES[self.profile]
+        if self.metadata.get("general.architecture") != TENCENT_ARCHITECTURE:
             raise GGUFError("Tencent low-bit profiles require hunyuan-dense")
         if (
             self.metadata_types.get("general.file_type") not in INTEGER_VALUE_TYPES
@@ -656,7 +574,3 @@ class _DigestCache:
                 raise
         except OSError:
             pass  # a cache we cannot write only costs the next start a re-hash
-
-
-# The writer shares this module's format tables, so it is imported once they exist.
-from hymt.gguf_writer import GGUFWriter  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hymt.errors import GGUFError
-from hymt.gguf import (
+from hymt.gguf_format import (
     DEFAULT_ALIGNMENT,
     DTYPES,
     GGUF_MAGIC,
