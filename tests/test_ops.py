@@ -1,0 +1,227 @@
+"""hymt._kernels.ops against float64 numpy written here, plus the §12.5 graph scenarios."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hymt._kernels import ops
+from hymt.errors import KernelError
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def ref_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64**2).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def ref_rope(x: np.ndarray, positions: np.ndarray, freqs: np.ndarray) -> np.ndarray:
+    """x[n, heads, D] NeoX split-half rotation in float64."""
+    half = x.shape[-1] // 2
+    angle = positions.astype(np.float64)[:, None, None] * freqs.astype(np.float64)[None, None, :]
+    a, b = x[..., :half].astype(np.float64), x[..., half:].astype(np.float64)
+    return np.concatenate([a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)], -1)
+
+
+def ref_attention(q, keys, values, start, heads, kv_heads):
+    """q[n, H, D], keys/values[start + n, K, D] → [n, H, D] causal GQA in float64."""
+    n, _, D = q.shape
+    out = np.zeros(q.shape)
+    for t in range(n):
+        for h in range(heads):
+            kv = h // (heads // kv_heads)
+            s = keys[: start + t + 1, kv].astype(np.float64) @ q[t, h].astype(np.float64) / math.sqrt(D)
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ values[: start + t + 1, kv].astype(np.float64)
+    return out
+
+
+def test_rmsnorm_matches_float64_and_aliases():
+    x, w = rand(5, 300), rand(300)
+    out = np.empty_like(x)
+    ops.rmsnorm(x, w, 1e-5, out)
+    np.testing.assert_allclose(out, ref_rmsnorm(x, w, 1e-5), rtol=2e-6, atol=2e-6)
+    ops.rmsnorm(x, w, 1e-5, x)  # in place
+    np.testing.assert_array_equal(x, out)
+
+
+def test_rmsnorm_rejects_bad_shapes():
+    with pytest.raises(KernelError):
+        ops.rmsnorm(rand(2, 4), rand(3), 1e-5, np.empty((2, 4), np.float32))
+
+
+def test_rope_freqs_are_float32_powers():
+    freqs = ops.rope_freqs(11158840.0, 128)
+    expected = np.float32(11158840.0) ** (-(2.0 * np.arange(64)) / 128)
+    np.testing.assert_allclose(freqs, expected, rtol=3e-7)
+    with pytest.raises(KernelError):
+        ops.rope_freqs(10000.0, 3)
+
+
+def test_rotary_pairs_halves_not_neighbors():
+    x = np.array([[[1, 0, 0, 0]]], np.float32)
+    ops.rope(x, np.array([1], np.int64), np.array([math.pi / 2, 1], np.float32))
+    assert abs(x[0, 0, 0]) < 1e-6
+    assert x[0, 0, 1] == 0
+    assert abs(x[0, 0, 2] - 1) < 1e-6
+
+
+def test_rope_matches_float64():
+    x = rand(3, 4, 16)
+    positions = np.array([0, 7, 300], np.int64)
+    freqs = ops.rope_freqs(10000.0, 16)
+    expected = ref_rope(x, positions, freqs)
+    ops.rope(x, positions, freqs)
+    np.testing.assert_allclose(x, expected, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_qk_norm_rope_order(norm_first):
+    n, H, K, D = 3, 4, 2, 8
+    q, k = rand(n, H * D), rand(n, K * D)
+    qw, kw = rand(D), rand(D)
+    positions = np.array([2, 3, 4], np.int64)
+    freqs = ops.rope_freqs(10000.0, D)
+
+    def ref(x, heads, w):
+        x = x.reshape(n, heads, D)
+        if norm_first:
+            return ref_rope(ref_rmsnorm(x, w, 1e-5), positions, freqs)
+        return ref_rmsnorm(ref_rope(x, positions, freqs), w, 1e-5)
+
+    eq, ek = ref(q, H, qw), ref(k, K, kw)
+    ops.qk_norm_rope(q, k, H, K, positions, freqs, qw, kw, 1e-5, norm_first)
+    np.testing.assert_allclose(q.reshape(n, H, D), eq, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(k.reshape(n, K, D), ek, rtol=1e-5, atol=1e-5)
+
+
+def test_qk_orders_differ():
+    """With a non-uniform norm weight RoPE and per-head RMSNorm do not commute: the order is observable."""
+    n, H, D = 2, 2, 8
+    q0, w = rand(n, H * D), rand(D)
+    positions, freqs = np.array([3, 4], np.int64), ops.rope_freqs(10000.0, D)
+    results = []
+    for norm_first in (False, True):
+        q, k = q0.copy(), rand(n, D)
+        ops.qk_norm_rope(q, k, H, 1, positions, freqs, w, w, 1e-5, norm_first)
+        results.append(q)
+    assert np.abs(results[0] - results[1]).max() > 1e-2
+
+
+def test_causal_attention_does_not_see_future_values():
+    H, K, D = 2, 1, 2
+    q = np.ones((2, H * D), np.float32)
+    k = np.zeros((2, K * D), np.float32)
+    v = np.array([[2, 4], [100, 200]], np.float32)
+    keys, values = np.zeros((4, 2), np.float32), np.zeros((4, 2), np.float32)
+    out = np.empty((2, H * D), np.float32)
+    ops.attention(q, k, v, keys, values, 0, H, K, out)
+    np.testing.assert_array_equal(out[0], [2, 4, 2, 4])
+    np.testing.assert_array_equal(out[1], [51, 102, 51, 102])
+    # one token at a time over the cache gives the same
+    keys[:] = values[:] = 0
+    for t in range(2):
+        one = np.empty((1, H * D), np.float32)
+        ops.attention(q[t : t + 1], k[t : t + 1], v[t : t + 1], keys, values, t, H, K, one)
+        np.testing.assert_array_equal(one[0], out[t])
+
+
+def test_attention_matches_float64_gqa():
+    n, start, H, K, D = 5, 6, 8, 2, 16
+    cache_k, cache_v = rand(16, K * D), rand(16, K * D)
+    q, k, v = rand(n, H * D), rand(n, K * D), rand(n, K * D)
+    out = np.empty((n, H * D), np.float32)
+    ops.attention(q, k, v, cache_k, cache_v, start, H, K, out)
+    np.testing.assert_array_equal(cache_k[start : start + n], k)
+    np.testing.assert_array_equal(cache_v[start : start + n], v)
+    expected = ref_attention(
+        q.reshape(n, H, D), cache_k.reshape(16, K, D), cache_v.reshape(16, K, D), start, H, K
+    )
+    np.testing.assert_allclose(out.reshape(n, H, D), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_rejects_overflowing_cache():
+    q, k = rand(2, 4), rand(2, 2)
+    keys = np.zeros((2, 2), np.float32)
+    with pytest.raises(KernelError):
+        ops.attention(q, k, k, keys, keys.copy(), 1, 2, 1, np.empty((2, 4), np.float32))
+
+
+def test_ops_independent_of_thread_count():
+    n, start, H, K, D = 7, 300, 16, 4, 128
+    cache = rand(512, K * D), rand(512, K * D)
+    q, k, v = rand(n, H * D), rand(n, K * D), rand(n, K * D)
+    freqs = ops.rope_freqs(11158840.0, D)
+    positions = np.arange(start, start + n, dtype=np.int64)
+    norm_w, out_w = rand(D), rand(H * D)
+    results = []
+    for threads in (1, 2, 4):
+        keys, values = cache[0].copy(), cache[1].copy()
+        qq, kk = q.copy(), k.copy()
+        ops.qk_norm_rope(qq, kk, H, K, positions, freqs, norm_w, norm_w, 1e-5, False, threads)
+        out = np.empty((n, H * D), np.float32)
+        ops.attention(qq, kk, v, keys, values, start, H, K, out, threads)
+        norm = np.empty((n, H * D), np.float32)
+        ops.rmsnorm(out, out_w, 1e-5, norm, threads)
+        results.append(norm)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
+
+
+def test_silu_mul_matches_float64():
+    g, u = rand(3, 50) * 4, rand(3, 50)
+    out = np.empty_like(g)
+    ops.silu_mul(g, u, out)
+    g64 = g.astype(np.float64)
+    np.testing.assert_allclose(out, g64 / (1 + np.exp(-g64)) * u, rtol=1e-6, atol=1e-6)
+
+
+def ref_route(logits, bias, used, normalize, scale):
+    sig = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    score = sig + bias
+    order = sorted(range(len(score)), key=lambda e: (-score[e], e))[:used]
+    w = sig[order]
+    w = w / max(w.sum(), 6.103515625e-5) * scale if normalize else w * scale
+    return order, w
+
+
+def test_routing_bias_changes_selection_not_weights():
+    logits = np.array([[0, 2, -2]], np.float32)
+    selected, weights = ops.moe_route(logits, np.array([0, 0, 10], np.float32), 2, True, 2.826)
+    assert selected[0].tolist() == [2, 1]
+    assert abs(float(weights[0].sum()) - 2.826) < 1e-5
+    assert weights[0, 0] < weights[0, 1]
+    sig = 1 / (1 + np.exp(-np.array([-2.0, 2.0])))
+    np.testing.assert_allclose(weights[0], sig / sig.sum() * 2.826, rtol=1e-6)
+
+
+def test_routing_matches_float64_with_ties_and_flags():
+    logits = rand(6, 16) * 3
+    logits[0] = -1.0
+    logits[0, 3] = logits[0, 9] = 2.0  # tie: lower index first
+    bias = rand(16) * 0.1
+    bias[3] = bias[9] = 0.0
+    for normalize in (True, False):
+        selected, weights = ops.moe_route(logits, bias, 4, normalize, 2.5)
+        for t in range(6):
+            order, w = ref_route(logits[t], bias.astype(np.float64), 4, normalize, 2.5)
+            assert selected[t].tolist() == order
+            np.testing.assert_allclose(weights[t], w, rtol=1e-6)
+    assert selected[0].tolist()[:2] == [3, 9]
+
+
+def test_routing_floor_and_non_finite_logits_stay_valid():
+    logits = np.full((1, 4), -12.0, np.float32)  # tiny sigmoids: the fp16 floor applies
+    _, weights = ops.moe_route(logits, np.zeros(4, np.float32), 2, True, 1.0)
+    sig = 1 / (1 + math.exp(12.0))
+    np.testing.assert_allclose(weights[0], [sig / 6.103515625e-5] * 2, rtol=1e-5)
+    nan = np.full((1, 4), np.nan, np.float32)
+    selected, _ = ops.moe_route(nan, np.zeros(4, np.float32), 3, True, 1.0)
+    assert sorted(selected[0].tolist()) == [0, 1, 2]
