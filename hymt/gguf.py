@@ -295,11 +295,7 @@ class GGUFFile:
 
     def _parse_header(self, buf: Any) -> list[tuple[str, tuple[int, ...], int, int]]:
         size = self.file_bytes
-        if size < 4:
-            raise GGUFError(
-                "truncated GGUF header" if GGUF_MAGIC.startswith(bytes(buf[:size])) else "not a GGUF file"
-            )
-        if bytes(buf[:4]) != GGUF_MAGIC:
+        if bytes(buf[:4]) != GGUF_MAGIC:  # also a file shorter than the magic
             raise GGUFError("not a GGUF file")
         p = _Parser(buf, size)
         p.need(4)
