@@ -1,0 +1,603 @@
+"""Hy-MT2 inference: configuration, weights, sessions with KV cache, and the batched forward pass.
+
+REFERENCE.md §4 (graphs) and §5 (sessions). Two families share one forward loop:
+
+* ``hunyuan-dense`` (1.8B, 7B): RoPE then per-head Q/K RMSNorm, SwiGLU FFN in every block, tied or
+  separate output head;
+* ``hy_v3`` (30B-A3B): per-head Q/K RMSNorm then RoPE, a dense FFN in block 0 and a sigmoid-routed
+  mixture of experts with an ungated shared expert in every later block; separate output head.
+
+Weights stay packed in the memory-mapped GGUF (matrix products go through ``hymt.quant``); only 1-D
+norm/bias tensors are decoded, once, at load. ``Model.forward`` takes a batch of (session, tokens) pairs
+and runs every matrix product once over all their tokens; attention runs per session over its own cache.
+Every per-token operation reads only that token's inputs, so a session's logits are bit-identical
+whether it runs alone or batched, and independent of the thread count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hymt import kernels, quant
+from hymt._kernels import ops
+from hymt.errors import ModelError
+from hymt.gguf import GGUFFile, GGUFTensor
+
+if TYPE_CHECKING:
+    from hymt.tokenizer import Tokenizer
+
+PREFILL_CHUNK = 256  # most tokens one forward call takes per session
+KV_GROWTH = 256  # the KV cache grows in steps of this many positions
+ARCHITECTURES = ("hunyuan-dense", "hy_v3")
+
+
+# ----------------------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model hyperparameters read from the ``{arch}.`` GGUF metadata (REFERENCE.md §4.1)."""
+
+    architecture: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int  # attention.key_length, never hidden / heads (the 30B's query width 4096 != hidden)
+    context_length: int
+    rope_base: float
+    rms_epsilon: float
+    vocab_size: int
+    ffn_width: int  # dense FFN width (every dense block; HyV3 block 0)
+    experts: int = 0  # HyV3 only, below
+    experts_used: int = 0
+    expert_ffn_width: int = 0
+    shared_ffn_width: int = 0
+    expert_weights_norm: bool = False
+    expert_weights_scale: float = 1.0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.architecture == "hy_v3"
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.layers * 2 * self.kv_heads * self.head_dim * 4
+
+    def is_moe_block(self, layer: int) -> bool:
+        return self.is_moe and layer > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``config`` record of REFERENCE.md §10.3."""
+        keys = ("architecture", "context_length", "head_dim", "heads", "hidden", "kv_heads", "layers")
+        record = {key: getattr(self, key) for key in keys}
+        record.update(rms_epsilon=self.rms_epsilon, rope_base=self.rope_base, vocab_size=self.vocab_size)
+        return dict(sorted(record.items()))
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, vocab_size: int) -> ModelConfig:
+        """Read and check the configuration; every failure is a ``ModelError`` with the §4.1 message."""
+        arch = gguf.get_str("general.architecture")
+        if arch not in ARCHITECTURES:
+            raise ModelError(f"unsupported model architecture {arch}")
+        p = f"{arch}."
+        layers = gguf.get_int(p + "block_count")
+        hidden = gguf.get_int(p + "embedding_length")
+        heads = gguf.get_int(p + "attention.head_count")
+        kv_heads = gguf.get_int(p + "attention.head_count_kv")
+        head_dim = gguf.get_int(p + "attention.key_length")
+        value_dim = gguf.get_int(p + "attention.value_length", default=head_dim)
+        context = gguf.get_int(p + "context_length")
+        base = gguf.get_float(p + "rope.freq_base")
+        eps = gguf.get_float(p + "attention.layer_norm_rms_epsilon")
+        if not (1 <= layers <= 1024 and hidden > 0):
+            raise ModelError("invalid model dimensions")
+        if not (heads > 0 and kv_heads > 0 and heads % kv_heads == 0):
+            raise ModelError("invalid grouped-query head counts")
+        if not (head_dim > 0 and head_dim % 2 == 0):
+            raise ModelError("invalid RoPE head dimension")
+        if value_dim != head_dim:
+            raise ModelError("different key/value dimensions are not supported")
+        if not (context > 0 and base > 0 and eps > 0):
+            raise ModelError("invalid context, RoPE, or RMS settings")
+        if p + "rope.scaling.type" in gguf.metadata and gguf.metadata[p + "rope.scaling.type"] != "none":
+            raise ModelError("GGUF must contain an effective RoPE base with no extra scaling")
+        if (
+            p + "rope.dimension_count" in gguf.metadata
+            and gguf.get_int(p + "rope.dimension_count") != head_dim
+        ):
+            raise ModelError("partial rotary embeddings are not supported")
+        ffn_width = gguf.get_int(p + "feed_forward_length")
+        if ffn_width <= 0:
+            raise ModelError("invalid model dimensions")
+        moe: dict[str, Any] = {}
+        if arch == "hy_v3":
+            experts = gguf.get_int(p + "expert_count")
+            used = gguf.get_int(p + "expert_used_count")
+            expert_ffn = gguf.get_int(p + "expert_feed_forward_length")
+            shared_ffn = gguf.get_int(p + "expert_shared_feed_forward_length")
+            if not (experts > 0 and 0 < used <= experts and expert_ffn > 0 and shared_ffn > 0):
+                raise ModelError("invalid expert dimensions")
+            if gguf.get_int(p + "expert_gating_func") != 2:
+                raise ModelError("HYV3 requires a sigmoid router")
+            scale = gguf.get_float(p + "expert_weights_scale")
+            if not scale > 0:
+                raise ModelError("invalid expert weight scale")
+            moe = dict(
+                experts=experts,
+                experts_used=used,
+                expert_ffn_width=expert_ffn,
+                shared_ffn_width=shared_ffn,
+                expert_weights_norm=gguf.get_bool(p + "expert_weights_norm", default=False),
+                expert_weights_scale=scale,
+            )
+        return cls(
+            architecture=arch,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            context_length=context,
+            rope_base=base,
+            rms_epsilon=eps,
+            vocab_size=vocab_size,
+            ffn_width=ffn_width,
+            **moe,
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# weights
+
+
+def _matrix(gguf: GGUFFile, name: str, shape: list[int]) -> GGUFTensor:
+    """A packed tensor whose GGUF dims (fastest first) must equal ``shape``."""
+    tensor = gguf.tensor(name)
+    actual = list(tensor.dimensions)
+    if actual != shape:
+        raise ModelError(f"{name}: expected GGUF shape {shape}, got {actual}")
+    return tensor
+
+
+def _vector(gguf: GGUFFile, name: str, length: int) -> np.ndarray:
+    """A 1-D norm/bias tensor decoded to float32 once; must be finite."""
+    tensor = _matrix(gguf, name, [length])
+    values = np.ascontiguousarray(quant.dequantize(tensor.dtype, tensor.data), dtype=np.float32)
+    if not np.isfinite(values).all():
+        raise ModelError(f"non-finite normalization/router tensor {name}")
+    return values
+
+
+@dataclass
+class DenseFFN:
+    gate: GGUFTensor  # [h, F]
+    up: GGUFTensor  # [h, F]
+    down: GGUFTensor  # [F, h]
+
+    @classmethod
+    def load(cls, gguf: GGUFFile, prefix: str, suffix: str, hidden: int, width: int) -> DenseFFN:
+        return cls(
+            gate=_matrix(gguf, f"{prefix}ffn_gate{suffix}.weight", [hidden, width]),
+            up=_matrix(gguf, f"{prefix}ffn_up{suffix}.weight", [hidden, width]),
+            down=_matrix(gguf, f"{prefix}ffn_down{suffix}.weight", [width, hidden]),
+        )
+
+
+@dataclass
+class MoEFFN:
+    router: GGUFTensor  # ffn_gate_inp [h, E], F32
+    bias: np.ndarray  # exp_probs_b [E] float32: selection only
+    shared: DenseFFN  # *_shexp
+    experts: list[DenseFFN]  # slices of ffn_{gate,up,down}_exps [h, M, E] / [M, h, E]
+
+
+@dataclass
+class Block:
+    attn_norm: np.ndarray  # [h]
+    ffn_norm: np.ndarray  # [h]
+    q_norm: np.ndarray  # [D]
+    k_norm: np.ndarray  # [D]
+    wq: GGUFTensor  # [h, H*D]
+    wk: GGUFTensor  # [h, K*D]
+    wv: GGUFTensor  # [h, K*D]
+    wo: GGUFTensor  # [H*D, h]
+    ffn: DenseFFN | MoEFFN
+
+
+def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
+    h, D = cfg.hidden, cfg.head_dim
+    p = f"blk.{i}."
+    if cfg.is_moe_block(i):
+        E, M, S = cfg.experts, cfg.expert_ffn_width, cfg.shared_ffn_width
+        router = _matrix(gguf, p + "ffn_gate_inp.weight", [h, E])
+        if router.dtype != "F32":
+            raise ModelError("HYV3 router must use F32")
+        gate = _matrix(gguf, p + "ffn_gate_exps.weight", [h, M, E])
+        up = _matrix(gguf, p + "ffn_up_exps.weight", [h, M, E])
+        down = _matrix(gguf, p + "ffn_down_exps.weight", [M, h, E])
+        ffn: DenseFFN | MoEFFN = MoEFFN(
+            router=router,
+            bias=_vector(gguf, p + "exp_probs_b", E),
+            shared=DenseFFN.load(gguf, p, "_shexp", h, S),
+            experts=[DenseFFN(gate.expert(e), up.expert(e), down.expert(e)) for e in range(E)],
+        )
+    else:
+        ffn = DenseFFN.load(gguf, p, "", h, cfg.ffn_width)
+    return Block(
+        attn_norm=_vector(gguf, p + "attn_norm.weight", h),
+        ffn_norm=_vector(gguf, p + "ffn_norm.weight", h),
+        q_norm=_vector(gguf, p + "attn_q_norm.weight", D),
+        k_norm=_vector(gguf, p + "attn_k_norm.weight", D),
+        wq=_matrix(gguf, p + "attn_q.weight", [h, cfg.heads * D]),
+        wk=_matrix(gguf, p + "attn_k.weight", [h, cfg.kv_heads * D]),
+        wv=_matrix(gguf, p + "attn_v.weight", [h, cfg.kv_heads * D]),
+        wo=_matrix(gguf, p + "attn_output.weight", [cfg.heads * D, h]),
+        ffn=ffn,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# sessions
+
+
+class Session:
+    """One request's state: position, float32 KV cache per layer, poison flag and cancel callable."""
+
+    def __init__(self, model: Model, context: int, cancel: Callable[[], bool] | None) -> None:
+        self.model = model
+        self.context = context
+        self.position = 0
+        self.poisoned = False
+        self._cancel = cancel
+        cfg = model.config
+        self._kv_width = cfg.kv_heads * cfg.head_dim
+        self.keys: list[np.ndarray] = [np.empty((0, self._kv_width), np.float32)] * cfg.layers  # [cap, K*D]
+        self.values: list[np.ndarray] = list(self.keys)  # [cap, K*D]
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self._cancel()) if self._cancel is not None else False
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[0]
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of KV cache allocated now."""
+        return 2 * len(self.keys) * self.capacity * self._kv_width * 4
+
+    def reserve(self, end: int) -> None:
+        """Grow every layer's cache (256-position steps, at most the context) to hold positions < end."""
+        if end <= self.capacity:
+            return
+        capacity = min(self.context, -(-end // KV_GROWTH) * KV_GROWTH)
+        keys, values = [], []
+        for old_k, old_v in zip(self.keys, self.values, strict=True):
+            new_k = np.empty((capacity, self._kv_width), np.float32)
+            new_v = np.empty((capacity, self._kv_width), np.float32)
+            new_k[: self.position] = old_k[: self.position]
+            new_v[: self.position] = old_v[: self.position]
+            keys.append(new_k)
+            values.append(new_v)
+        self.keys, self.values = keys, values
+
+
+@dataclass
+class _Segment:
+    """The rows of one session inside a batched forward."""
+
+    session: Session
+    tokens: np.ndarray  # int64 [n]
+    start: int = 0  # first row in the batch
+
+    @property
+    def stop(self) -> int:
+        return self.start + len(self.tokens)
+
+
+# ----------------------------------------------------------------------------------------------------
+# model
+
+
+class Model:
+    """A loaded Hy-MT2 model: shared read-only weights; all request state lives in sessions."""
+
+    def __init__(self, gguf: GGUFFile, tokenizer: Tokenizer, *, float_path: bool = False) -> None:
+        self.gguf = gguf
+        self.tokenizer = tokenizer
+        self.config = cfg = ModelConfig.from_gguf(gguf, tokenizer.vocab_size)
+        self.profile = gguf.profile
+        self.file_bytes = gguf.file_bytes
+        self.kv_bytes_per_token = cfg.kv_bytes_per_token
+        # True: every product on the float32-activation path (the exact path tests compare closely).
+        self.float_path = float_path
+        h = cfg.hidden
+        self.token_embd = _matrix(gguf, "token_embd.weight", [h, cfg.vocab_size])
+        if "output.weight" in gguf.tensors:
+            self.output = _matrix(gguf, "output.weight", [h, cfg.vocab_size])
+        elif cfg.is_moe:
+            raise ModelError("HYV3 requires separate output weights")
+        else:
+            self.output = self.token_embd
+        self.output_norm = _vector(gguf, "output_norm.weight", h)
+        self.blocks = [_load_block(gguf, cfg, i) for i in range(cfg.layers)]
+        self.rope_freqs = ops.rope_freqs(cfg.rope_base, cfg.head_dim)  # [D/2] float32
+        self._norm_first = cfg.architecture == "hy_v3"
+
+    def close(self) -> None:
+        self.gguf.close()
+
+    # --- sessions -----------------------------------------------------------------------------------
+
+    def new_session(self, context: int, cancel: Callable[[], bool] | None = None) -> Session:
+        n = self.config.context_length
+        if not (isinstance(context, int) and 1 <= context <= n):
+            raise ModelError(f"context must be between 1 and {n}")
+        return Session(self, context, cancel)
+
+    def _check(self, session: Session, tokens: Sequence[int]) -> np.ndarray:
+        """The §5 checks before any work, in order; returns the tokens as int64."""
+        if not isinstance(session, Session):
+            raise ModelError("forward expects a session")
+        try:
+            ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (OverflowError, TypeError, ValueError):
+            raise ModelError("input token outside vocabulary") from None
+        if not 1 <= len(ids) <= PREFILL_CHUNK:
+            raise ModelError(f"forward expects 1..={PREFILL_CHUNK} tokens")
+        if session.poisoned:
+            raise ModelError("session was invalidated by a failed forward")
+        if session.position + len(ids) > session.context:
+            raise ModelError("context limit exceeded")
+        if session.model is not self:
+            raise ModelError("session belongs to a different model")
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            raise ModelError("input token outside vocabulary")
+        return ids
+
+    # --- forward ------------------------------------------------------------------------------------
+
+    def forward(
+        self, batch: Session | Sequence[tuple[Session, Sequence[int]]], tokens: Sequence[int] | None = None
+    ) -> Any:
+        """Append tokens to sessions and return last-token logits.
+
+        ``forward(session, tokens)`` → float32 ``[vocab]`` (raises ``request cancelled`` on cancel);
+        ``forward([(session, tokens), ...])`` → one entry per pair: logits, or None when that session was
+        cancelled (before or during the call; its position is unchanged and it stays usable).
+        """
+        if isinstance(batch, Session):
+            segments = [_Segment(batch, self._check(batch, tokens if tokens is not None else []))]
+            if batch.cancelled:
+                raise ModelError("request cancelled")
+            logits = self._run(segments)
+            if logits[0] is None:
+                raise ModelError("request cancelled")
+            return logits[0]
+        if tokens is not None:
+            raise ModelError("forward takes tokens only with a single session")
+        pairs = list(batch)
+        if len({id(session) for session, _ in pairs}) != len(pairs):
+            raise ModelError("a session may appear only once in a batch")
+        segments = [_Segment(session, self._check(session, ids)) for session, ids in pairs]
+        live = [segment for segment in segments if not segment.session.cancelled]
+        results = dict(zip((id(s) for s in live), self._run(live), strict=True)) if live else {}
+        return [results.get(id(segment)) for segment in segments]
+
+    def prefill(self, session: Session, tokens: Sequence[int]) -> np.ndarray:
+        """Forward a whole prompt in 256-token chunks; the logits after the last chunk."""
+        ids = list(tokens)
+        if not ids:
+            raise ModelError("prompt must contain at least one token")
+        if session.position + len(ids) > session.context:
+            raise ModelError("prompt exceeds context limit")
+        logits = None
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            logits = self.forward(session, ids[start : start + PREFILL_CHUNK])
+        return logits
+
+    def _run(self, segments: list[_Segment]) -> list[np.ndarray | None]:
+        """The forward pass over checked, uncancelled segments; None for those cancelled mid-call."""
+        for segment in segments:
+            segment.session.reserve(segment.session.position + len(segment.tokens))
+        for segment in segments:
+            segment.session.poisoned = True
+        results: dict[int, np.ndarray | None] = {id(segment): None for segment in segments}
+        live = segments
+        positions = self._layout(live)  # int64 [N]: absolute position of every row
+        threads = kernels.get_num_threads()
+        ids = np.concatenate([s.tokens for s in live])
+        hidden = np.ascontiguousarray(quant.decode_rows(self.token_embd, ids), dtype=np.float32)  # [N, h]
+        for layer, block in enumerate(self.blocks):
+            kept = self._drop_cancelled(live)
+            if not kept:
+                return [None] * len(segments)
+            if len(kept) != len(live):
+                hidden = hidden[np.concatenate([np.arange(s.start, s.stop) for s in kept])]
+                live, positions = kept, self._layout(kept)
+            self._attention(layer, block, hidden, live, positions, threads)
+            self._ffn(block, hidden, threads)
+        live = self._drop_cancelled(live)
+        if not live:
+            return [None] * len(segments)
+        last = hidden[[s.stop - 1 for s in live]]  # [S, h]
+        ops.rmsnorm(last, self.output_norm, self.config.rms_epsilon, last, threads)
+        logits = self._matmul(self.output, last)  # [S, vocab]
+        if not np.isfinite(logits).all():
+            raise ModelError("model produced non-finite logits; check model format and weights")
+        for row, segment in enumerate(live):
+            segment.session.position += len(segment.tokens)
+            segment.session.poisoned = False
+            results[id(segment)] = logits[row]
+        return [results[id(segment)] for segment in segments]
+
+    @staticmethod
+    def _layout(segments: list[_Segment]) -> np.ndarray:
+        """Assign consecutive batch rows to segments; returns every row's absolute position."""
+        start = 0
+        for segment in segments:
+            segment.start = start
+            start = segment.stop
+        return np.concatenate(
+            [np.arange(s.session.position, s.session.position + len(s.tokens)) for s in segments]
+        )
+
+    @staticmethod
+    def _drop_cancelled(segments: list[_Segment]) -> list[_Segment]:
+        """Segments still wanted; a cancelled one is released (un-poisoned, position unchanged)."""
+        kept = []
+        for segment in segments:
+            if segment.session.cancelled:
+                segment.session.poisoned = False
+            else:
+                kept.append(segment)
+        return kept
+
+    def _matmul(self, weight: GGUFTensor, x: np.ndarray) -> np.ndarray:
+        return quant.matmul(weight, x, float_path=self.float_path)
+
+    def _attention(
+        self,
+        layer: int,
+        block: Block,
+        hidden: np.ndarray,
+        segments: list[_Segment],
+        positions: np.ndarray,
+        threads: int,
+    ) -> None:
+        """hidden += W_o · attention(RMSNorm(hidden)), per session over its own cache."""
+        cfg = self.config
+        x = np.empty_like(hidden)  # [N, h]
+        ops.rmsnorm(hidden, block.attn_norm, cfg.rms_epsilon, x, threads)
+        if self.float_path:
+            q, k, v = (self._matmul(w, x) for w in (block.wq, block.wk, block.wv))
+        else:
+            q, k, v = quant.qkv(block.wq, block.wk, block.wv, x)  # [N, H*D], [N, K*D], [N, K*D]
+        ops.qk_norm_rope(
+            q, k, cfg.heads, cfg.kv_heads, positions, self.rope_freqs, block.q_norm, block.k_norm,
+            cfg.rms_epsilon, self._norm_first, threads,
+        )  # fmt: skip
+        attended = np.empty_like(q)  # [N, H*D]
+        for s in segments:
+            session = s.session
+            ops.attention(
+                q[s.start : s.stop], k[s.start : s.stop], v[s.start : s.stop], session.keys[layer],
+                session.values[layer], session.position, cfg.heads, cfg.kv_heads, attended[s.start : s.stop],
+                threads,
+            )  # fmt: skip
+        hidden += self._matmul(block.wo, attended)
+
+    def _ffn(self, block: Block, hidden: np.ndarray, threads: int) -> None:
+        """hidden += FFN(RMSNorm(hidden)): SwiGLU, or the HyV3 mixture of experts."""
+        x = np.empty_like(hidden)  # [N, h]
+        ops.rmsnorm(hidden, block.ffn_norm, self.config.rms_epsilon, x, threads)
+        if isinstance(block.ffn, DenseFFN):
+            hidden += self._swiglu(block.ffn, x, threads)
+        else:
+            hidden += self._moe(block.ffn, x, threads)
+
+    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, threads: int) -> np.ndarray:
+        if self.float_path:
+            gate, up = self._matmul(ffn.gate, x), self._matmul(ffn.up, x)
+            ops.silu_mul(gate, up, gate, threads)
+        else:
+            gate = quant.gate_up_silu(ffn.gate, ffn.up, x)  # [n, F]
+        return self._matmul(ffn.down, gate)
+
+    def _moe(self, moe: MoEFFN, x: np.ndarray, threads: int) -> np.ndarray:
+        """Shared expert plus routed experts; tokens grouped by expert so each expert is read once."""
+        cfg = self.config
+        router_logits = quant.matmul(moe.router, x, float_path=True)  # [N, E]
+        selected, weights = ops.moe_route(
+            router_logits, moe.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
+        )  # [N, used] each
+        out = self._swiglu(moe.shared, x, threads)  # [N, h]: shared first, then experts ascending
+        flat = selected.reshape(-1)
+        order = np.argsort(flat, kind="stable")  # (token, slot) pairs grouped by expert, tokens ascending
+        experts, first = np.unique(flat[order], return_index=True)
+        bounds = [*first.tolist(), len(order)]
+        flat_weights = weights.reshape(-1)
+        for j, expert in enumerate(experts.tolist()):
+            pairs = order[bounds[j] : bounds[j + 1]]
+            rows = pairs // cfg.experts_used
+            y = self._swiglu(moe.experts[expert], np.ascontiguousarray(x[rows]), threads)  # [r, h]
+            out[rows] += flat_weights[pairs][:, None] * y
+        return out
+
+    # --- generation ---------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        context: int | None = None,
+    ) -> Any:
+        """Chat completion: template → tokens → generation (REFERENCE.md §8.3).
+
+        Returns a ``Completion``, or with ``stream=True`` the ``GenerationStream`` of text deltas.
+        Unset sampling values take the architecture's model-card defaults; ``context`` defaults to
+        min(8192, model context); ``max_tokens`` to min(4096, context − prompt length).
+        """
+        from hymt.chat import render_chat
+        from hymt.generation import GenerationRequest, generate
+        from hymt.sampling import SamplingParams, default_sampling
+
+        context = min(8192, self.config.context_length) if context is None else context
+        prompt_ids = self.tokenizer.encode(render_chat(self.tokenizer, messages))
+        defaults = default_sampling(self.config.architecture)
+        sampling = SamplingParams(
+            temperature=defaults.temperature if temperature is None else temperature,
+            top_p=defaults.top_p if top_p is None else top_p,
+            top_k=defaults.top_k if top_k is None else top_k,
+            repetition_penalty=defaults.repetition_penalty
+            if repetition_penalty is None
+            else repetition_penalty,
+            seed=seed,
+        )
+        if max_tokens is None:
+            max_tokens = max(1, min(4096, context - len(prompt_ids)))
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        request = GenerationRequest(
+            prompt_ids=prompt_ids, max_tokens=max_tokens, sampling=sampling, stop=stops
+        )
+        result = generate(self, request, context=context)
+        if stream:
+            return result
+        for _ in result:
+            pass
+        return result.completion
+
+
+def load(
+    path: str | Path, profile: str = "auto", threads: int | None = None, *, float_path: bool = False
+) -> Model:
+    """Open a GGUF model: map the file, read the tokenizer, check config and tensors (REFERENCE.md §4).
+
+    ``threads`` sets the compute pool size (default: usable physical cores, §10.5).
+    """
+    from hymt.tokenizer import Tokenizer
+
+    if threads is not None:
+        kernels.set_num_threads(threads)
+    gguf = GGUFFile(path, profile=profile)
+    try:
+        return Model(gguf, Tokenizer.from_gguf(gguf), float_path=float_path)
+    except BaseException:
+        gguf.close()
+        raise
