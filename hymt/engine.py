@@ -1,0 +1,399 @@
+"""The inference engine: admission, a FIFO queue for active slots, and one compute thread that runs
+continuous batching over every active request (REFERENCE §9.6, §8.5).
+
+Each engine step is ONE ``model.forward(batch)``: the next prompt chunk of every request still in prefill
+and one decode token of every running request, so the weights stream from memory once per step for all of
+them. The compute thread samples, assembles text and pushes events into each request's own queue; the
+request's thread drains that queue at its own pace, so a slow or stalled client never blocks the engine or
+the other requests.
+
+Permits: ``admit()`` takes one of ``max_concurrent + queue_capacity`` permits without waiting (none left →
+``QueueFull``). ``Ticket.start(request)`` queues the prepared request for one of ``max_concurrent`` active
+slots (first in, first out). A ticket holds its slot until its owner closes it — a client that stops reading
+keeps its slot, but its generation runs to the end without waiting for it. Closing an unfinished ticket
+cancels it: a queued one leaves the queue at once, an active one stops at the model's next layer check.
+
+The engine knows nothing about HTTP; ``hymt-bench --concurrency`` drives it through the same API::
+
+    ticket = engine.submit(request)        # admit + start
+    for delta in ticket: ...               # text deltas; raises GenerationError on failure/cancellation
+    completion = ticket.completion
+    ticket.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hymt.errors import GenerationError, HymtError, ServerError
+from hymt.generation import PREFILL_CHUNK, Completion, Generation, GenerationRequest
+
+log = logging.getLogger("hymt.engine")
+
+
+class QueueFull(ServerError):
+    """No admission permit is left (HTTP 429)."""
+
+    def __init__(self) -> None:
+        super().__init__("Request queue is full")
+
+
+class EngineClosed(ServerError):
+    """The engine is shutting down and admits nothing new (HTTP 503)."""
+
+    def __init__(self) -> None:
+        super().__init__("Server is shutting down")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One item of a ticket's event queue.
+
+    kind: ``started`` (value = unix seconds when the active slot was obtained), ``delta`` (value = text),
+    ``done`` (value = Completion), ``error`` (value = message), ``cancelled`` (value = None).
+    """
+
+    kind: str
+    value: Any = None
+
+
+# Ticket states.
+_ADMITTED = "admitted"  # holds an admission permit, request not yet given
+_QUEUED = "queued"  # waiting for an active slot
+_RUNNING = "running"  # holds a slot; the compute thread is working on it
+_FINISHED = "finished"  # holds a slot; generation over (events may still be undelivered)
+_CLOSED = "closed"
+
+
+class Ticket:
+    """One admitted request: its cancel flag, its event queue and its place in the engine."""
+
+    def __init__(self, engine: Engine, number: int) -> None:
+        self.engine = engine
+        self.number = number
+        self.cancelled = False  # read by the model before every layer (through the session's cancel callable)
+        self.created: int | None = None  # unix seconds when the active slot was obtained
+        self.completion: Completion | None = None
+        self.error: str | None = None
+        self.request: GenerationRequest | None = None
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._state = _ADMITTED
+        self._owner_closed = False
+        # Owned by the compute thread:
+        self._generation: Generation | None = None
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def start(self, request: GenerationRequest) -> None:
+        """Queue the prepared request for an active slot (FIFO)."""
+        self.engine._start(self, request)
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this request; the permits are released when the owner closes it."""
+        self.cancelled = True
+        self.engine._cancel(self)
+
+    def close(self) -> None:
+        """Cancel if unfinished and give the permits back. Idempotent."""
+        self.cancelled = self.cancelled or self._state in (_ADMITTED, _QUEUED, _RUNNING)
+        self.engine._close(self)
+
+    def next_event(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None when nothing arrived within ``timeout`` seconds."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def __iter__(self) -> Iterator[str]:
+        """Text deltas until the completion (set on ``self.completion``); raises on failure or cancellation."""
+        while True:
+            event = self.next_event()
+            assert event is not None
+            if event.kind == "delta":
+                yield event.value
+            elif event.kind == "done":
+                return
+            elif event.kind == "error":
+                raise GenerationError(event.value)
+            elif event.kind == "cancelled":
+                raise GenerationError("request cancelled")
+
+    def result(self) -> Completion:
+        """Wait for the end and return the completion."""
+        for _ in self:
+            pass
+        assert self.completion is not None
+        return self.completion
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _push(self, event: Event) -> None:
+        self._events.put(event)
+
+
+class Engine:
+    """Owns the model on one compute thread; see the module docstring."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_concurrent: int,
+        queue_capacity: int,
+        context: int,
+        prefill_chunk: int = PREFILL_CHUNK,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ServerError("concurrency and threads must be positive")
+        if queue_capacity < 0:
+            raise ServerError("queue capacity must not be negative")
+        if not 1 <= prefill_chunk <= PREFILL_CHUNK:
+            raise ServerError(f"prefill chunk must be between 1 and {PREFILL_CHUNK}")
+        self.model = model
+        self.max_concurrent = max_concurrent
+        self.queue_capacity = queue_capacity
+        self.context = context
+        self.prefill_chunk = prefill_chunk
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._admitted = 0  # tickets holding an admission permit
+        self._slots = 0  # tickets holding an active slot (running or finished, not yet closed)
+        self._waiting: deque[Ticket] = deque()  # queued tickets, first in first out
+        self._incoming: list[Ticket] = []  # just given a slot; the compute thread picks them up
+        self._tickets: set[Ticket] = set()  # every unclosed ticket (shutdown cancels them)
+        self._closed = False  # no new admissions
+        self._stopping = False  # the compute thread exits once nothing is left to run
+        self._counter = 0
+        self._thread = threading.Thread(target=self._run, name="hymt-engine", daemon=True)
+        self._thread.start()
+
+    # ---- public API -------------------------------------------------------------------------------------
+
+    def admit(self) -> Ticket:
+        """Take an admission permit without waiting; ``QueueFull`` or ``EngineClosed`` otherwise."""
+        with self._lock:
+            if self._closed:
+                raise EngineClosed()
+            if self._admitted >= self.max_concurrent + self.queue_capacity:
+                raise QueueFull()
+            self._admitted += 1
+            ticket = Ticket(self, self._counter)
+            self._counter += 1
+            self._tickets.add(ticket)
+            return ticket
+
+    def submit(self, request: GenerationRequest) -> Ticket:
+        """Admit and start a prepared request (the plain API for programs and tests)."""
+        ticket = self.admit()
+        try:
+            ticket.start(request)
+        except BaseException:
+            ticket.close()
+            raise
+        return ticket
+
+    @property
+    def admitted(self) -> int:
+        """Requests holding an admission permit (active + queued + being prepared)."""
+        return self._admitted
+
+    @property
+    def active(self) -> int:
+        """Requests holding an active slot."""
+        return self._slots
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stop_admitting(self) -> None:
+        """New ``admit()`` calls fail with ``EngineClosed``; running work continues."""
+        with self._lock:
+            self._closed = True
+
+    def cancel_all(self) -> None:
+        """Cancel every unclosed request (queued ones are told at once, running ones at the next layer)."""
+        with self._lock:
+            tickets = list(self._tickets)
+        for ticket in tickets:
+            ticket.cancel()
+
+    def shutdown(self, timeout: float | None = 5.0) -> None:
+        """Stop admitting, cancel everything and stop the compute thread."""
+        with self._lock:
+            self._closed = True
+        self.cancel_all()
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+        self._thread.join(timeout)
+
+    # ---- ticket transitions (any thread) ------------------------------------------------------------
+
+    def _start(self, ticket: Ticket, request: GenerationRequest) -> None:
+        with self._lock:
+            if ticket._state != _ADMITTED:
+                raise ServerError("request already started")
+            ticket.request = request
+            if ticket.cancelled:
+                ticket._state = _FINISHED
+                ticket._push(Event("cancelled"))
+                return
+            ticket._state = _QUEUED
+            self._waiting.append(ticket)
+            self._promote()
+
+    def _cancel(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket._state == _QUEUED:
+                self._waiting.remove(ticket)
+                ticket._state = _FINISHED  # no slot was taken
+                ticket._push(Event("cancelled"))
+            elif ticket._state == _RUNNING:
+                self._wake.notify_all()
+
+    def _close(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket._owner_closed:
+                return
+            ticket._owner_closed = True
+            if ticket._state == _QUEUED:
+                self._waiting.remove(ticket)
+                ticket._state = _ADMITTED  # released below without a slot
+            if ticket._state == _RUNNING:
+                # The compute thread still uses the session; it releases the permits when it drops it.
+                self._wake.notify_all()
+                return
+            self._release(ticket)
+
+    def _release(self, ticket: Ticket) -> None:
+        """Give back the ticket's permits (lock held)."""
+        if ticket._state == _CLOSED:
+            return
+        if ticket._state == _FINISHED and ticket.created is not None:
+            self._slots -= 1
+        ticket._state = _CLOSED
+        self._admitted -= 1
+        self._tickets.discard(ticket)
+        self._promote()
+
+    def _promote(self) -> None:
+        """Move queued tickets into free active slots, oldest first (lock held)."""
+        while self._waiting and self._slots < self.max_concurrent:
+            ticket = self._waiting.popleft()
+            self._slots += 1
+            ticket._state = _RUNNING
+            ticket.created = int(time.time())
+            ticket._push(Event("started", ticket.created))
+            self._incoming.append(ticket)
+            self._wake.notify_all()
+
+    # ---- compute thread -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        running: list[Ticket] = []  # tickets with a live Generation, in admission order
+        while True:
+            with self._lock:
+                while not self._incoming and not running and not self._stopping:
+                    self._wake.wait()
+                if self._stopping and not self._incoming and not running:
+                    return
+                incoming, self._incoming = self._incoming, []
+            for ticket in incoming:
+                self._begin(ticket, running)
+            running = [t for t in running if not self._drop_if_cancelled(t)]
+            if running:
+                try:
+                    self._step(running)
+                except Exception as exc:  # a failed forward fails its batch, never the engine
+                    log.exception("engine step failed")
+                    message = exc.message if isinstance(exc, HymtError) else "internal error"
+                    for ticket in running:
+                        self._finish(ticket, Event("error", message))
+                running = [t for t in running if t._state == _RUNNING]
+
+    def _begin(self, ticket: Ticket, running: list[Ticket]) -> None:
+        """Create the request's generation (its session and KV cache live only while it is active)."""
+        if ticket.cancelled:
+            self._finish(ticket, Event("cancelled"))
+            return
+        assert ticket.request is not None
+        try:
+            ticket._generation = Generation(
+                self.model, ticket.request, context=self.context, cancel=ticket.is_cancelled
+            )
+        except HymtError as exc:
+            self._finish(ticket, Event("error", exc.message))
+            return
+        running.append(ticket)
+
+    def _drop_if_cancelled(self, ticket: Ticket) -> bool:
+        if ticket.cancelled:
+            self._finish(ticket, Event("cancelled"))
+            return True
+        return False
+
+    def _step(self, running: list[Ticket]) -> None:
+        """One batched forward: a prompt chunk for prefilling requests, one token for decoding ones.
+
+        While any request decodes, only the oldest prefilling request advances (one chunk), so decode
+        latency stays bounded by one chunk; chunks are always ``prefill_chunk`` tokens, so a request is
+        split the same way whatever else runs and its output does not depend on its neighbours.
+        """
+        decoding = any(not t._generation.prefilling for t in running)
+        members: list[Ticket] = []
+        batch: list[tuple[Any, list[int]]] = []
+        prefill_taken = False
+        for ticket in running:
+            generation = ticket._generation
+            if generation.prefilling:
+                if decoding and prefill_taken:
+                    continue
+                prefill_taken = True
+            tokens = generation.next_input(self.prefill_chunk)
+            members.append(ticket)
+            batch.append((generation.session, tokens))
+        results = self.model.forward(batch)
+        for ticket, logits in zip(members, results, strict=True):
+            generation = ticket._generation
+            if logits is None or ticket.cancelled:
+                self._finish(ticket, Event("cancelled"))
+                continue
+            try:
+                delta = generation.feed(logits)
+            except HymtError as exc:
+                self._finish(ticket, Event("cancelled" if ticket.cancelled else "error", exc.message))
+                continue
+            if delta:
+                ticket._push(Event("delta", delta))
+            if generation.done:
+                ticket.completion = generation.completion
+                self._finish(ticket, Event("done", generation.completion))
+
+    def _finish(self, ticket: Ticket, event: Event) -> None:
+        """The generation is over: free its session, tell the owner, release if the owner already left."""
+        ticket._generation = None
+        if event.kind == "error":
+            ticket.error = event.value
+        with self._lock:
+            ticket._state = _FINISHED
+            ticket._push(event)
+            if ticket._owner_closed:
+                self._release(ticket)

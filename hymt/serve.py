@@ -1,0 +1,228 @@
+"""`hymt-serve`: serve one model through the text Chat Completions API (REFERENCE §9.1, §9.10, §10.1).
+
+gunicorn runs programmatically: one ``gthread`` worker process (one model, one global queue, so a 429 means
+the server is full), threads = active + queue + 4 so spare threads answer `/healthz`, `/v1/models` and 429s
+while every slot is busy. The model file is resolved (downloaded, or written when synthetic) in the master;
+the model itself and its compute pool are created in the worker, never before the fork. SIGINT and SIGTERM
+both drain: new requests get 503, in-flight ones may finish within ``--graceful-timeout``, then the rest are
+cancelled and the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.workers.gthread import ThreadWorker
+
+from hymt.cli import ArgumentParser, add_model_arguments, resolve_model
+from hymt.errors import HymtError, ServerError
+from hymt.server import ServerConfig
+
+log = logging.getLogger("hymt.serve")
+
+# How much longer than our own graceful timeout gunicorn waits before it kills the worker: our drain
+# cancels at the timeout and cuts stuck connections a second later, so this is only a last resort.
+GUNICORN_GRACE_MARGIN = 4.0
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`IP:port` or `[IPv6]:port` → (host, port)."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise ServerError(f"invalid listen address {value!r}; expected IP:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        version = 6
+    else:
+        version = 4
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ServerError(f"invalid listen address {value!r}; expected IP:port") from None
+    if address.version != version:
+        raise ServerError(f"invalid listen address {value!r}; write IPv6 addresses as [addr]:port")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ServerError(f"invalid port in listen address {value!r}")
+    return str(address), int(port_text)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="hymt-serve", description="Serve one model through the text Chat Completions API."
+    )
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--model-id", default="hy-mt2", help="the model id requests must name (default: hy-mt2)"
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8080", help="IP:port, IPv6 as [addr]:port (default: 127.0.0.1:8080)"
+    )
+    parser.add_argument("--ctx-size", type=int, default=8192, help="context per request (default: 8192)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="compute threads (default: usable physical cores)"
+    )
+    parser.add_argument("--max-concurrent-requests", type=int, default=2, help="active requests (default: 2)")
+    parser.add_argument(
+        "--queue-capacity", type=int, default=8, help="requests waiting for a slot (default: 8)"
+    )
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests may take after SIGINT/SIGTERM",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("HYMT_API_KEY") or None,
+        help="require `Authorization: Bearer <key>` on every route but /healthz (default: $HYMT_API_KEY)",
+    )
+    # Longest silence on an open SSE stream (15 s in production; tests shorten it).
+    parser.add_argument("--ping-interval", type=float, default=15.0, help=argparse.SUPPRESS)
+    return parser
+
+
+class _Arbiter(Arbiter):
+    def handle_int(self) -> None:
+        """SIGINT drains like SIGTERM (§9.10); a second one during the drain forces a quick exit."""
+        raise StopIteration
+
+
+class HymtWorker(ThreadWorker):
+    """gunicorn's threaded worker whose SIGINT/SIGTERM also start the app's drain (§9.10)."""
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        signal.signal(signal.SIGINT, self.handle_exit)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        first = self.alive
+        super().handle_exit(sig, frame)
+        app = getattr(self, "wsgi", None)
+        state = getattr(app, "extensions", {}).get("hymt") if app is not None else None
+        if first and state is not None:
+            state.begin_shutdown()
+
+
+class _Application(BaseApplication):
+    def __init__(self, options: dict[str, Any], factory: Callable[[], Any]) -> None:
+        self._options = options
+        self._factory = factory
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._factory()
+
+    def run(self) -> None:
+        _Arbiter(self).run()
+
+
+def _load_app(config: ServerConfig, path: str, profile: str) -> Any:
+    """Runs in the worker: load the model, build the app, log `model ready` (§9.11)."""
+    from hymt import kernels, load
+    from hymt.server import create_app
+
+    try:
+        started = time.perf_counter()
+        model = load(path, profile, threads=config.threads)
+        load_ms = (time.perf_counter() - started) * 1000.0
+        app = create_app(config, model=model)
+    except HymtError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(Arbiter.WORKER_BOOT_ERROR)
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}: {exc.filename or path}", file=sys.stderr, flush=True)
+        sys.exit(Arbiter.WORKER_BOOT_ERROR)
+    log.info(
+        "model ready architecture=%s profile=%s weight_file_bytes=%d max_kv_bytes=%d context=%d "
+        "concurrency=%d threads=%d kernel=%s load_ms=%.1f",
+        model.config.architecture,
+        model.profile,
+        model.file_bytes,
+        model.kv_bytes_per_token * config.context_size * config.max_concurrent_requests,
+        config.context_size,
+        config.max_concurrent_requests,
+        config.threads,
+        kernels.isa(),
+        load_ms,
+    )
+    return app
+
+
+def _log_listening(worker: Any) -> None:
+    for sock in worker.sockets:
+        host, port = sock.getsockname()[:2]
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        log.info("listening address=%s", address)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    host, port = parse_listen(args.listen)
+    if args.threads is None:
+        from hymt.kernels import usable_physical_cores
+
+        args.threads = usable_physical_cores()
+    if args.ctx_size < 1:
+        raise ServerError("context must be positive")
+    config = ServerConfig(
+        model_id=args.model_id,
+        context_size=args.ctx_size,
+        max_concurrent_requests=args.max_concurrent_requests,
+        queue_capacity=args.queue_capacity,
+        threads=args.threads,
+        profile=args.gguf_profile,
+        api_key=args.api_key,
+        graceful_timeout=args.graceful_timeout,
+        ping_interval=args.ping_interval,
+    )
+    config.validate()
+    path, profile = resolve_model(args.model, args.gguf_profile)
+    if not path.is_file():
+        raise ServerError(f"model file not found: {path}")
+    config.model_path, config.profile = str(path), profile
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    options = {
+        "bind": [bind],
+        "workers": 1,
+        "worker_class": HymtWorker,
+        "threads": config.max_concurrent_requests + config.queue_capacity + 4,
+        "timeout": 0,  # a large model may take long to map; compute never blocks the heartbeat anyway
+        "graceful_timeout": config.graceful_timeout + GUNICORN_GRACE_MARGIN,
+        "keepalive": 5,
+        "loglevel": args.log_level,
+        "errorlog": "-",
+        "accesslog": None,
+        "proc_name": "hymt-serve",
+        "preload_app": False,
+        "control_socket_disable": True,
+        "post_worker_init": _log_listening,
+    }
+    try:
+        _Application(options, lambda: _load_app(config, str(path), profile)).run()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        # The worker printed `error: …` when the model failed to load.
+        return 1 if code in (Arbiter.WORKER_BOOT_ERROR, Arbiter.APP_LOAD_ERROR) else code
+    return 0
