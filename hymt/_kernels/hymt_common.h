@@ -44,6 +44,11 @@
 
 #define HYMT_INLINE static inline __attribute__((always_inline))
 
+/* The kernel family in use, set once by the Cython layer (best supported, or HYMT_ISA) and changed
+ * only by hymt.kernels.use_isa() in tests. Kernels that dispatch internally (hymt_dot_f32 in vec.h)
+ * read it; GEMMs are dispatched by matmul.h through hymt_format.gemm[]. */
+static int hymt_active_isa = 0;
+
 /* Kernel families, in the order of preference on x86 (best last). */
 enum hymt_isa {
     HYMT_ISA_SCALAR = 0,

@@ -1,0 +1,218 @@
+/* matmul.h — the matrix-product driver (REFERENCE.md §3.3–3.5).
+ *
+ * Y[t, r] = Σ_c X[t, c] · W[r, c] for packed W (dims [cols, rows]) and float32 X [n, cols]. The Cython
+ * layer validates every shape and byte length before calling; nothing here checks again.
+ *
+ * One OpenMP parallel region per call (a decode step makes ~250 calls, so there is exactly one fork):
+ *   1. each token's activations are prepared once per distinct activation layout (format.prepare),
+ *      tokens split over the threads, then a barrier;
+ *   2. output rows are split into one static chunk per thread, chunk sizes a multiple of
+ *      HYMT_ROW_TILE so kernel row tiles never straddle threads; each thread calls the format's GEMM
+ *      over its rows for all n tokens (the kernel tiles tokens itself, loading each weight block once
+ *      per token tile).
+ * Each output element is computed by one thread with an order fixed by the kernel, so results do not
+ * depend on the thread count, on the chunking, or on the other tokens of the batch.
+ *
+ * The thread count is a global passed explicitly to every region (num_threads clause): the engine
+ * calls from its own thread, and omp_set_num_threads only affects the calling thread.
+ *
+ * Paths: the int8 path (§3.4) when the format has one and cols is a multiple of 256; otherwise (F32,
+ * F16, float_path requested, or e.g. a Q8_0 tensor whose rows are not whole 256-groups) the float path:
+ * y = format.row_dot_f32(row, x) per row and token. */
+#ifndef HYMT_MATMUL_H
+#define HYMT_MATMUL_H
+
+#include <stdlib.h>
+
+#include "hymt_common.h"
+#include "cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_num_threads(void) { return 1; }
+#endif
+
+#define HYMT_ROW_TILE 16
+/* Below this many multiply-accumulates a call runs on the calling thread (a fork costs microseconds). */
+#define HYMT_PARALLEL_MIN_WORK (1 << 18)
+/* gate_up_silu computes gate and up over sub-chunks of this many rows (bounds the per-thread scratch). */
+#define HYMT_SILU_ROWS 64
+
+static int hymt_num_threads = 1;
+
+/* The GEMM a format uses under an ISA family: NEON without dotprod, and missing entries, run the scalar
+ * reference (bit-identical by contract). */
+static hymt_gemm_fn hymt_gemm_for(const hymt_format *f, int isa) {
+    if (f->prepare == NULL) return NULL;
+    if (isa == HYMT_ISA_NEON && !hymt_cpu()->dotprod) isa = HYMT_ISA_SCALAR;
+    hymt_gemm_fn fn = f->gemm[isa];
+    return fn != NULL ? fn : f->gemm[HYMT_ISA_SCALAR];
+}
+
+static inline int hymt_int8_path(const hymt_format *f, int64_t cols, int float_path) {
+    return !float_path && f->prepare != NULL && cols % HYMT_Q8G_SIZE == 0;
+}
+
+/* One weight matrix of a call. */
+typedef struct {
+    const hymt_format *f;
+    const uint8_t *w;   /* row 0; rows are row_bytes apart */
+    int64_t rows;
+    size_t row_bytes;
+    float *y;           /* [n, y_stride] output; row r of token t at y[t * y_stride + r] */
+    int64_t y_stride;
+    hymt_gemm_fn gemm;  /* NULL: float path */
+    const uint8_t *act; /* int8 path: prepared activations of token 0, tokens act_stride apart */
+    size_t act_stride;
+} hymt_mm_weight;
+
+/* Rows [r0, r1) of one weight for all n tokens, into y (indexed by absolute row). */
+static void hymt_mm_rows(const hymt_mm_weight *m, int64_t r0, int64_t r1, const float *x, int64_t n,
+                         int64_t cols, float *y, int64_t y_stride) {
+    if (r1 <= r0) return;
+    if (m->gemm != NULL) {
+        m->gemm(m->w, m->row_bytes, r0, r1, m->act, m->act_stride, n, cols, y, y_stride);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->w + (size_t)r * m->row_bytes;
+        for (int64_t t = 0; t < n; t++) y[t * y_stride + r] = m->f->row_dot_f32(row, x + t * cols, cols);
+    }
+}
+
+/* Thread tid's chunk of [0, total): static, a multiple of HYMT_ROW_TILE long. */
+static inline void hymt_thread_chunk(int64_t total, int tid, int nth, int64_t *start, int64_t *end) {
+    int64_t chunk = (total + nth - 1) / nth;
+    chunk = (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
+    int64_t s = (int64_t)tid * chunk;
+    *start = s < total ? s : total;
+    *end = s + chunk < total ? s + chunk : total;
+}
+
+static inline float hymt_silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* Run nm weights sharing the input x [n, cols]. silu != 0 (nm == 2): y0 = silu(W0·x) × (W1·x), with
+ * m[1].y unused. Returns 0, or -1 when scratch memory could not be allocated. */
+static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, int64_t n, int float_path,
+                       int silu) {
+    /* Distinct activation layouts (formats sharing a prepare function share the buffer). */
+    hymt_prepare_fn prep[3] = {NULL, NULL, NULL};
+    size_t strides[3] = {0, 0, 0}, offsets[3] = {0, 0, 0}, act_bytes = 0;
+    int nprep = 0, slot_of[3] = {-1, -1, -1};
+    for (int k = 0; k < nm; k++) {
+        m[k].row_bytes = (size_t)(cols / m[k].f->block_len) * (size_t)m[k].f->block_bytes;
+        if (!hymt_int8_path(m[k].f, cols, float_path)) continue;
+        int s = 0;
+        while (s < nprep && prep[s] != m[k].f->prepare) s++;
+        if (s == nprep) {
+            prep[s] = m[k].f->prepare;
+            strides[s] = (m[k].f->act_stride(cols) + 63) / 64 * 64;
+            offsets[s] = act_bytes;
+            act_bytes += strides[s] * (size_t)n;
+            nprep++;
+        }
+        slot_of[k] = s;
+    }
+
+    int64_t total_rows = silu ? m[0].rows : 0;
+    for (int k = 0; k < nm && !silu; k++) total_rows += m[k].rows;
+    int nt = hymt_num_threads;
+    if ((double)total_rows * (double)cols * (double)n * (silu ? 2.0 : 1.0) < (double)HYMT_PARALLEL_MIN_WORK) nt = 1;
+
+    /* act: [nprep][n][stride] prepared activations; up: [nt][n][HYMT_SILU_ROWS] up-projection tiles */
+    uint8_t *act = NULL;
+    float *up = NULL;
+    if (act_bytes > 0 && (act = (uint8_t *)aligned_alloc(64, (act_bytes + 63) / 64 * 64)) == NULL) return -1;
+    if (silu) {
+        size_t up_bytes = ((size_t)nt * (size_t)n * HYMT_SILU_ROWS * sizeof(float) + 63) / 64 * 64;
+        if ((up = (float *)aligned_alloc(64, up_bytes)) == NULL) {
+            free(act);
+            return -1;
+        }
+    }
+    for (int k = 0; k < nm; k++) {
+        int s = slot_of[k];
+        m[k].gemm = s >= 0 ? hymt_gemm_for(m[k].f, hymt_active_isa) : NULL;
+        m[k].act = s >= 0 ? act + offsets[s] : NULL;
+        m[k].act_stride = s >= 0 ? strides[s] : 0;
+    }
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        if (nprep > 0) {
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < (int64_t)nprep * n; i++) {
+                int64_t s = i / n, t = i % n;
+                prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
+            }
+        }
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int64_t start, end;
+        hymt_thread_chunk(total_rows, tid, nth, &start, &end);
+        if (!silu) {
+            /* The weights' rows laid end to end; this thread takes [start, end) of them. */
+            int64_t base = 0;
+            for (int k = 0; k < nm; k++) {
+                int64_t r0 = start - base, r1 = end - base;
+                r0 = r0 < 0 ? 0 : r0;
+                r1 = r1 > m[k].rows ? m[k].rows : r1;
+                hymt_mm_rows(&m[k], r0, r1, x, n, cols, m[k].y, m[k].y_stride);
+                base += m[k].rows;
+            }
+        } else {
+            float *tile = up + (size_t)tid * (size_t)n * HYMT_SILU_ROWS; /* [n][HYMT_SILU_ROWS] */
+            for (int64_t c = start; c < end; c += HYMT_SILU_ROWS) {
+                int64_t len = end - c < HYMT_SILU_ROWS ? end - c : HYMT_SILU_ROWS;
+                /* Row-shifted views so the kernels' absolute row indices start at c. */
+                hymt_mm_weight gate = m[0], upw = m[1];
+                gate.w += (size_t)c * gate.row_bytes;
+                upw.w += (size_t)c * upw.row_bytes;
+                hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
+                hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
+                for (int64_t t = 0; t < n; t++) {
+                    float *g = m[0].y + t * m[0].y_stride + c;
+                    const float *u = tile + t * HYMT_SILU_ROWS;
+                    for (int64_t i = 0; i < len; i++) g[i] = hymt_silu(g[i]) * u[i];
+                }
+            }
+        }
+    }
+    free(act);
+    free(up);
+    return 0;
+}
+
+/* y [n, rows] = x [n, cols] · Wᵀ. */
+static int hymt_matmul(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x,
+                       int64_t n, float *y, int float_path) {
+    hymt_mm_weight m = {.f = f, .w = w, .rows = rows, .y = y, .y_stride = rows};
+    return hymt_mm_run(&m, 1, cols, x, n, float_path, 0);
+}
+
+/* Three products sharing x (query, key, value): one preparation, one parallel region. */
+static int hymt_matmul_qkv(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
+                           const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
+                           int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv,
+                           int float_path) {
+    hymt_mm_weight m[3] = {
+        {.f = fq, .w = wq, .rows = rq, .y = yq, .y_stride = rq},
+        {.f = fk, .w = wk, .rows = rk, .y = yk, .y_stride = rk},
+        {.f = fv, .w = wv, .rows = rv, .y = yv, .y_stride = rv},
+    };
+    return hymt_mm_run(m, 3, cols, x, n, float_path, 0);
+}
+
+/* y [n, F] = silu(x · Wgateᵀ) × (x · Wupᵀ). */
+static int hymt_matmul_gate_up_silu(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
+                                    const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n,
+                                    float *y, int float_path) {
+    hymt_mm_weight m[2] = {
+        {.f = fg, .w = wg, .rows = F, .y = y, .y_stride = F},
+        {.f = fu, .w = wu, .rows = F, .y = NULL, .y_stride = 0},
+    };
+    return hymt_mm_run(m, 2, cols, x, n, float_path, 1);
+}
+
+#endif /* HYMT_MATMUL_H */

@@ -1,0 +1,111 @@
+/* vec.h — float32 dot product (REFERENCE.md §3.3) per ISA family, dispatched on hymt_active_isa.
+ *
+ * The variants differ only in summation order (each is within §3.6 of the sequential sum); a given
+ * ISA always sums in the same order, so results never depend on threads or batching. Tails use masked
+ * loads (AVX-512) or scalar steps, never reading past n. */
+#ifndef HYMT_VEC_H
+#define HYMT_VEC_H
+
+#include "hymt_common.h"
+
+/* Scalar reference: 8 partial sums over i % 8, combined by a fixed tree. */
+static float hymt_dot_f32_scalar(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+#if defined(HYMT_X86)
+HYMT_TARGET_AVX512 static inline float hymt_hsum512(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+HYMT_TARGET_AVX2 static inline float hymt_hsum256(__m256 h) {
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+HYMT_TARGET_AVX512 static float hymt_dot_f32_avx512(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(),
+           s3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return hymt_hsum512(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+HYMT_TARGET_AVX2 static float hymt_dot_f32_avx2(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+           s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return hymt_hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))) + tail;
+}
+#endif
+
+#if defined(HYMT_ARM64)
+static float hymt_dot_f32_neon(const float *a, const float *b, int64_t n) {
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3))) + tail;
+}
+#endif
+
+static float hymt_dot_f32_isa(int isa, const float *a, const float *b, int64_t n) {
+    switch (isa) {
+#if defined(HYMT_X86)
+    case HYMT_ISA_AVX512:
+        return hymt_dot_f32_avx512(a, b, n);
+    case HYMT_ISA_AVX2:
+        return hymt_dot_f32_avx2(a, b, n);
+#endif
+#if defined(HYMT_ARM64)
+    case HYMT_ISA_NEON:
+        return hymt_dot_f32_neon(a, b, n);
+#endif
+    default:
+        return hymt_dot_f32_scalar(a, b, n);
+    }
+}
+
+/* The dot every float32 path uses (format row dots, the float reference path). */
+static inline float hymt_dot_f32(const float *a, const float *b, int64_t n) {
+    return hymt_dot_f32_isa(hymt_active_isa, a, b, n);
+}
+
+#endif /* HYMT_VEC_H */
