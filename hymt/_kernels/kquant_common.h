@@ -1,0 +1,179 @@
+/* kquant_common.h — what the Q4_K and Q6_K kernels share: the activation layout of their int8 path,
+ * the 16-lane float reduction, and the 4×4 dword transpose that lines weight codes up with it.
+ *
+ * Both formats have 256-weight blocks made of sixteen 16-weight chunks (Q6_K: one sub-scale per
+ * chunk; Q4_K: one scale/min per pair of chunks). Their int8 GEMMs keep one float32 lane per chunk
+ * index j (0..15) and need, per block, the exact integer dot of each chunk with its 16 activations.
+ * An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive bytes, so the weights are
+ * transposed once per block into four 64-byte vectors v = 0..3 with
+ *
+ *     vector v, bytes 4j..4j+3  =  chunk j, weights 4v..4v+3          (kq layout)
+ *
+ * and the activations are stored in the same order when a token is prepared. Four dot instructions
+ * on the same int32 accumulator then leave chunk j's dot in lane j — no horizontal sums per token.
+ * Integer sums are exact, so every ISA gets the same chunk dots however it computes them; the float
+ * math (per format, documented in fmt_q4_k.h / fmt_q6_k.h) is defined lane by lane and reduced by
+ * hymt_kq_tree16, which every ISA follows exactly. */
+#ifndef HYMT_KQUANT_COMMON_H
+#define HYMT_KQUANT_COMMON_H
+
+#include "hymt_common.h"
+#include "act_q8g.h"
+#include "cpu.h"
+#include "vec.h"
+
+/* Token tiles of the scalar references (any size gives the same values; bounds the stack). */
+#define HYMT_KQ_SCALAR_TILE 16
+
+/* Tiles of the SIMD kernels: RT rows × TT tokens share one pass over the weight blocks; each block is
+ * unpacked once per (row, tile) and its codes stay in registers for all TT tokens. The per-(row,
+ * token) accumulators live in a small stack array (L1), so TT can be large. */
+#define HYMT_KQ_RT 8
+#define HYMT_KQ_TT 16
+
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
+ * bytes: a multiple of 64, so every member stays 64-byte aligned in a 64-aligned buffer. */
+typedef struct {
+    int8_t qs[256];   /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
+    int32_t nb32[16]; /* −32 × Σ q[16j .. 16j+16)       (the Q6_K −32 code offset, exact) */
+    float bsd[16];    /* f32(Σ q[16j .. 16j+16)) × d    (the Q4_K min term) */
+    float d;          /* activation scale s of the group */
+    uint8_t pad[60];
+} hymt_kq8;
+
+static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_kq8); }
+
+/* cols is a multiple of 256 (whole Q4_K / Q6_K blocks). */
+static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    hymt_q8g g;
+    for (int64_t b = 0; b < cols / 256; b++) {
+        hymt_quantize_group_q8g(x + 256 * b, &g);
+        for (int v = 0; v < 4; v++)
+            for (int j = 0; j < 16; j++)
+                for (int e = 0; e < 4; e++) a[b].qs[64 * v + 4 * j + e] = g.qs[16 * j + 4 * v + e];
+        for (int j = 0; j < 16; j++) {
+            a[b].nb32[j] = -32 * (int32_t)g.bsums[j];
+            a[b].bsd[j] = (float)g.bsums[j] * g.d;
+        }
+        a[b].d = g.d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+
+/* The activation of natural index i (0..255) in a kq-ordered qs. */
+HYMT_INLINE int32_t hymt_kq_act(const int8_t *qs, int i) {
+    return qs[64 * ((i >> 2) & 3) + 4 * (i >> 4) + (i & 3)];
+}
+
+/* Fixed reduction of 16 lanes: b[i] = a[i] + a[i+8]; c[i] = b[i] + b[i+4]; (c0 + c2) + (c1 + c3).
+ * The AVX-512 form is hymt_hsum512 (vec.h), the AVX2 form hymt_kq_tree16_avx2, NEON below. */
+static inline float hymt_kq_tree16(const float *a) {
+    float b[8], c[4];
+    for (int i = 0; i < 8; i++) b[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) c[i] = b[i] + b[i + 4];
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* Weight codes in natural order, 16 chunks of 16 bytes -> kq layout (scalar / test helper). */
+static inline void hymt_kq_transpose_scalar(const uint8_t *natural, uint8_t *kq) {
+    for (int v = 0; v < 4; v++)
+        for (int j = 0; j < 16; j++)
+            for (int e = 0; e < 4; e++) kq[64 * v + 4 * j + e] = natural[16 * j + 4 * v + e];
+}
+
+#if defined(HYMT_X86)
+/* kq transpose of four 64-byte vectors of codes. Dword d (0..15) of n[s] holds weights 4(d % 4)..+3
+ * of chunk cs[s][d / 4]; the permute tables below are built for the chunk lists of each format:
+ * stage 1 gathers dwords {0, 1} (lo) and {2, 3} (hi) of the 8 chunks of (n0, n1) and of (n2, n3),
+ * ordered 2·(chunk % 8) + (dword % 2); stage 2 picks out vector v lane j = chunk j, dword v. */
+typedef struct {
+    int32_t s1[4][16]; /* lo01, hi01, lo23, hi23 */
+    int32_t s2[2][16]; /* even / odd dword */
+} hymt_kq_perm;
+
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose_avx512(const __m512i s1[4], const __m512i s2[2],
+                                                             __m512i n0, __m512i n1, __m512i n2,
+                                                             __m512i n3, __m512i out[4]) {
+    __m512i lo01 = _mm512_permutex2var_epi32(n0, s1[0], n1);
+    __m512i hi01 = _mm512_permutex2var_epi32(n0, s1[1], n1);
+    __m512i lo23 = _mm512_permutex2var_epi32(n2, s1[2], n3);
+    __m512i hi23 = _mm512_permutex2var_epi32(n2, s1[3], n3);
+    out[0] = _mm512_permutex2var_epi32(lo01, s2[0], lo23);
+    out[1] = _mm512_permutex2var_epi32(lo01, s2[1], lo23);
+    out[2] = _mm512_permutex2var_epi32(hi01, s2[0], hi23);
+    out[3] = _mm512_permutex2var_epi32(hi01, s2[1], hi23);
+}
+#endif
+
+/* Stage tables for chunk lists cs[4][4] (chunks of n0..n3 in dword order; n0 ∪ n1 = chunks 0..7,
+ * n2 ∪ n3 = chunks 8..15). Built once per format at first use (pure function of constants). */
+static inline void hymt_kq_perm_build(const int cs[4][4], int32_t s1[4][16], int32_t s2[2][16]) {
+    for (int pair = 0; pair < 2; pair++)
+        for (int half = 0; half < 2; half++)
+            for (int c = 0; c < 8; c++)
+                for (int e = 0; e < 2; e++) {
+                    int chunk = 8 * pair + c, dword = 2 * half + e, src = -1;
+                    for (int s = 2 * pair; s < 2 * pair + 2; s++)
+                        for (int p = 0; p < 4; p++)
+                            if (cs[s][p] == chunk) src = 16 * (s - 2 * pair) + 4 * p + dword;
+                    s1[2 * pair + half][2 * c + e] = src;
+                }
+    for (int e = 0; e < 2; e++)
+        for (int j = 0; j < 16; j++) s2[e][j] = j < 8 ? 2 * j + e : 16 + 2 * (j - 8) + e;
+}
+
+#if defined(HYMT_X86)
+/* AVX2 form of the tree: lanes 0..7 in lo, 8..15 in hi. */
+HYMT_TARGET_AVX2 static inline float hymt_kq_tree16_avx2(__m256 lo, __m256 hi) {
+    __m256 b = _mm256_add_ps(lo, hi);
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    c = _mm_add_ss(c, _mm_movehdup_ps(c));
+    return _mm_cvtss_f32(c);
+}
+
+/* AVX2 kq transpose: natural chunk registers (two chunks per ymm, chunk pairs (0,1),(2,3),...,
+ * (14,15) in nat[0..7]) -> out[v][h], v = dword, h = lanes 8h..8h+7. */
+HYMT_TARGET_AVX2 HYMT_INLINE void hymt_kq_transpose_avx2(const __m256i nat[8], __m256i out[4][2]) {
+    for (int h = 0; h < 2; h++) {
+        const __m256i *p = nat + 4 * h; /* chunks 8h .. 8h+7 */
+        __m256i x0 = _mm256_permute2x128_si256(p[0], p[2], 0x20); /* chunks 8h+0, 8h+4 */
+        __m256i x1 = _mm256_permute2x128_si256(p[0], p[2], 0x31); /* 8h+1, 8h+5 */
+        __m256i x2 = _mm256_permute2x128_si256(p[1], p[3], 0x20); /* 8h+2, 8h+6 */
+        __m256i x3 = _mm256_permute2x128_si256(p[1], p[3], 0x31); /* 8h+3, 8h+7 */
+        __m256i t0 = _mm256_unpacklo_epi32(x0, x1), t1 = _mm256_unpackhi_epi32(x0, x1);
+        __m256i t2 = _mm256_unpacklo_epi32(x2, x3), t3 = _mm256_unpackhi_epi32(x2, x3);
+        out[0][h] = _mm256_unpacklo_epi64(t0, t2);
+        out[1][h] = _mm256_unpackhi_epi64(t0, t2);
+        out[2][h] = _mm256_unpacklo_epi64(t1, t3);
+        out[3][h] = _mm256_unpackhi_epi64(t1, t3);
+    }
+}
+#endif
+
+#if defined(HYMT_ARM64)
+/* NEON kq transpose: chunk registers c[0..15] (16 bytes each) -> out[v][k] = lanes 4k..4k+3. */
+HYMT_INLINE void hymt_kq_transpose_neon(const int8x16_t c[16], int8x16_t out[4][4]) {
+    for (int k = 0; k < 4; k++) {
+        int32x4_t a0 = vreinterpretq_s32_s8(c[4 * k]), a1 = vreinterpretq_s32_s8(c[4 * k + 1]);
+        int32x4_t a2 = vreinterpretq_s32_s8(c[4 * k + 2]), a3 = vreinterpretq_s32_s8(c[4 * k + 3]);
+        int32x4_t t0 = vtrn1q_s32(a0, a1), t1 = vtrn2q_s32(a0, a1); /* [a0.0 a1.0 a0.2 a1.2], [.1 .1 .3 .3] */
+        int32x4_t t2 = vtrn1q_s32(a2, a3), t3 = vtrn2q_s32(a2, a3);
+        int64x2_t u0 = vreinterpretq_s64_s32(t0), u1 = vreinterpretq_s64_s32(t1);
+        int64x2_t u2 = vreinterpretq_s64_s32(t2), u3 = vreinterpretq_s64_s32(t3);
+        out[0][k] = vreinterpretq_s8_s64(vtrn1q_s64(u0, u2));
+        out[1][k] = vreinterpretq_s8_s64(vtrn1q_s64(u1, u3));
+        out[2][k] = vreinterpretq_s8_s64(vtrn2q_s64(u0, u2));
+        out[3][k] = vreinterpretq_s8_s64(vtrn2q_s64(u1, u3));
+    }
+}
+
+static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x4_t f2, float32x4_t f3) {
+    float32x4_t c = vaddq_f32(vaddq_f32(f0, f2), vaddq_f32(f1, f3));
+    float32x2_t e = vadd_f32(vget_low_f32(c), vget_high_f32(c));
+    return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
+}
+#endif
+
+#endif /* HYMT_KQUANT_COMMON_H */
