@@ -1,0 +1,274 @@
+/* fmt_q2_0c.h — Tencent Q2_0C ("2Bit"), REFERENCE.md §2.5: 512 weights in 130 bytes.
+ *
+ * Block bytes: [0, 2) fp16 scale d (first), [2, 130) four 2-bit codes per byte, low bits first:
+ * code(i) = (byte[2 + i/4] >> 2·(i % 4)) & 3, w[i] = f32(2·code − 3) × d.
+ *
+ * int8 path (§3.4): a block spans two activation groups of 256 (halves h = 0, 1, code bytes
+ * [2 + 64h, 66 + 64h)). Activation layout: each group is de-interleaved into 4 planes of 64,
+ *     act.qs[64p + j] = q[4j + p],
+ * so bits 2p..2p+1 of code byte j (a "plane" after one shift and mask) line up with plane p, and
+ *     Σ (2·code − 3)·q = 2·Σ code·q − 3·Σ q   (exact int32).
+ * Float part, fixed for every ISA: y[t, r] = Σ_b Σ_h (d_b × s_t,2b+h) × f32(isum_t,r,b,h), added in
+ * (b, h) order from 0.0f (no fma).
+ *
+ * AVX-512: per (row, half) one 64-byte load, 3 shifts + 4 masks give the planes, 4 vpdpbusd per
+ * token; 16 rows' accumulators are reduced by one transpose-add tree (lane = row). */
+#ifndef HYMT_FMT_Q2_0C_H
+#define HYMT_FMT_Q2_0C_H
+
+#include "hymt_common.h"
+#include "act_q8g.h"
+#include "cpu.h"
+#include "vec.h"
+#include "lowbit_common.h"
+
+#define Q2C_BLOCK 512
+#define Q2C_BYTES 130
+
+HYMT_INLINE int q2c_code(const uint8_t *blk, int i) { return (blk[2 + (i >> 2)] >> (2 * (i & 3))) & 3; }
+
+/* ---- decoder (§2.5, bit-exact: w = f32(2·code − 3) × d) ---- */
+
+static void hymt_decode_q2_0c(const uint8_t *src, float *dst, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; b++) {
+        const uint8_t *blk = src + b * Q2C_BYTES;
+        float d = hymt_fp16_to_f32(hymt_load_u16(blk));
+        for (int i = 0; i < Q2C_BLOCK; i++) dst[b * Q2C_BLOCK + i] = (float)(2 * q2c_code(blk, i) - 3) * d;
+    }
+}
+
+/* ---- float32 path (§3.3): Σ_blocks d × dot(2·code − 3, x_block) ---- */
+
+static float hymt_row_dot_f32_q2_0c(const uint8_t *row, const float *x, int64_t cols) {
+    float units[Q2C_BLOCK]; /* [512] 2·code − 3 of one block */
+    float total = 0.0f;
+    for (int64_t b = 0; b < cols / Q2C_BLOCK; b++) {
+        const uint8_t *blk = row + b * Q2C_BYTES;
+        for (int i = 0; i < Q2C_BLOCK; i++) units[i] = (float)(2 * q2c_code(blk, i) - 3);
+        float d = hymt_fp16_to_f32(hymt_load_u16(blk));
+        total += d * hymt_dot_f32(units, x + b * Q2C_BLOCK, Q2C_BLOCK);
+    }
+    return total;
+}
+
+/* ---- activations: §3.4 groups, qs de-interleaved into planes (bsums recomputed per 16 bytes) ---- */
+
+static size_t hymt_act_stride_q2_0c(int64_t cols) { return hymt_act_stride_q8g(cols); }
+
+static void hymt_prepare_q2_0c(const float *x, int64_t cols, uint8_t *act) {
+    hymt_q8g *groups = (hymt_q8g *)act;
+    for (int64_t k = 0; k < cols / HYMT_Q8G_SIZE; k++) {
+        hymt_q8g *g = groups + k;
+        hymt_quantize_group_q8g(x + k * HYMT_Q8G_SIZE, g);
+        int8_t natural[256];
+        memcpy(natural, g->qs, sizeof natural);
+        for (int j = 0; j < 64; j++)
+            for (int p = 0; p < 4; p++) g->qs[64 * p + j] = natural[4 * j + p];
+        for (int c = 0; c < 16; c++) {
+            int s = 0;
+            for (int i = 16 * c; i < 16 * c + 16; i++) s += g->qs[i];
+            g->bsums[c] = (int16_t)s;
+        }
+    }
+}
+
+/* ---- int8 GEMM: scalar reference ---- */
+
+/* Exact Σ (2·code − 3)·q of half h of a block against its de-interleaved activation group. */
+static inline int32_t q2c_half_isum_scalar(const uint8_t *blk, int h, const hymt_q8g *a) {
+    int32_t codes = 0;
+    for (int j = 0; j < 64; j++) {
+        int byte = blk[2 + 64 * h + j];
+        for (int p = 0; p < 4; p++) codes += ((byte >> (2 * p)) & 3) * a->qs[64 * p + j];
+    }
+    return 2 * codes - 3 * a->sum;
+}
+
+static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                   size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    int64_t nb = cols / Q2C_BLOCK;
+    for (int64_t t = 0; t < n; t++) {
+        const hymt_q8g *a = (const hymt_q8g *)(act + t * act_stride);
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = w + r * row_bytes;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * Q2C_BYTES;
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk));
+                for (int h = 0; h < 2; h++)
+                    acc += (d * a[2 * b + h].d) * (float)q2c_half_isum_scalar(blk, h, a + 2 * b + h);
+            }
+            y[t * y_stride + r] = acc;
+        }
+    }
+}
+
+/* ---- AVX-512 ---- */
+#if defined(HYMT_X86)
+
+HYMT_TARGET_AVX512 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                      const uint8_t *act, size_t act_stride, int64_t n,
+                                                      int64_t cols, float *y, int64_t y_stride) {
+    int64_t nb = cols / Q2C_BLOCK;
+    const __m512i three = _mm512_set1_epi8(3);
+    __m512i row_offsets = hymt_row_offsets(row_bytes);
+    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_TOKEN_TILE][16][16]; /* [token][row][lane] */
+    memset(partial, 0, sizeof partial);
+    for (int64_t r = r0; r < r1; r += 16) {
+        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
+        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
+        const uint8_t *wt = w + r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];
+            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                if (t0 == 0) hymt_prefetch_share(wt + 16 * row_bytes, w + (r + 32 < r1 ? r + 32 : r1) * row_bytes, b, nb);
+                __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
+                for (int h = 0; h < 2; h++) {
+                    for (int i = 0; i < rows; i++) {
+                        __m512i v = _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h));
+                        __m512i pl0 = _mm512_and_si512(v, three);
+                        __m512i pl1 = _mm512_and_si512(_mm512_srli_epi16(v, 2), three);
+                        __m512i pl2 = _mm512_and_si512(_mm512_srli_epi16(v, 4), three);
+                        __m512i pl3 = _mm512_and_si512(_mm512_srli_epi16(v, 6), three);
+                        for (int t = 0; t < tt; t++) {
+                            const int8_t *q = ((const hymt_q8g *)(act + (t0 + t) * act_stride))[2 * b + h].qs;
+                            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl0, _mm512_loadu_si512((const void *)q));
+                            s = _mm512_dpbusd_epi32(s, pl1, _mm512_loadu_si512((const void *)(q + 64)));
+                            s = _mm512_dpbusd_epi32(s, pl2, _mm512_loadu_si512((const void *)(q + 128)));
+                            s = _mm512_dpbusd_epi32(s, pl3, _mm512_loadu_si512((const void *)(q + 192)));
+                            _mm512_store_si512((void *)partial[t][i], s);
+                        }
+                    }
+                    for (int t = 0; t < tt; t++) {
+                        const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + 2 * b + h;
+                        __m512i codes = hymt_reduce16_epi32((const __m512i *)partial[t]);
+                        __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(codes, 1), _mm512_set1_epi32(3 * g->sum));
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)),
+                                                                     _mm512_cvtepi32_ps(isum)));
+                    }
+                }
+            }
+            for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]);
+        }
+    }
+}
+
+/* ---- AVX2: per half, two 32-byte code vectors, shift/mask planes, maddubs + madd ---- */
+
+HYMT_TARGET_AVX2 static void hymt_gemm_q2_0c_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                                  float *y, int64_t y_stride) {
+    int64_t nb = cols / Q2C_BLOCK;
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            float acc[HYMT_LOWBIT_TOKEN_TILE] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * Q2C_BYTES;
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk));
+                for (int h = 0; h < 2; h++) {
+                    __m256i pl[2][4]; /* [32-byte part][plane] */
+                    for (int u = 0; u < 2; u++) {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 2 + 64 * h + 32 * u));
+                        pl[u][0] = _mm256_and_si256(v, three);
+                        pl[u][1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), three);
+                        pl[u][2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), three);
+                        pl[u][3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), three);
+                    }
+                    for (int t = 0; t < tt; t++) {
+                        const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + 2 * b + h;
+                        __m256i s16 = _mm256_setzero_si256(); /* |lane| ≤ 8 · 2 · 3 · 127 */
+                        for (int u = 0; u < 2; u++)
+                            for (int p = 0; p < 4; p++)
+                                s16 = _mm256_add_epi16(
+                                    s16, _mm256_maddubs_epi16(pl[u][p], _mm256_loadu_si256((const __m256i *)(g->qs + 64 * p + 32 * u))));
+                        __m256i s32 = _mm256_madd_epi16(s16, ones16);
+                        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+                        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+                        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+                        int32_t isum = 2 * _mm_cvtsi128_si32(s4) - 3 * g->sum;
+                        acc[t] += (d * g->d) * (float)isum;
+                    }
+                }
+            }
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
+        }
+    }
+}
+#endif /* HYMT_X86 */
+
+/* ---- NEON: signed digits 2·code − 3 per 16-byte plane, SDOT ---- */
+#if defined(HYMT_ARM64)
+HYMT_TARGET_DOTPROD static void q2c_gemm_neon_dotprod(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                      const uint8_t *act, size_t act_stride, int64_t n,
+                                                      int64_t cols, float *y, int64_t y_stride) {
+    int64_t nb = cols / Q2C_BLOCK;
+    const uint8x16_t three = vdupq_n_u8(3);
+    const int8x16_t minus3 = vdupq_n_s8(3);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            float acc[HYMT_LOWBIT_TOKEN_TILE] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * Q2C_BYTES;
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk));
+                for (int h = 0; h < 2; h++) {
+                    int8x16_t dg[4][4]; /* [16-byte part c][plane p]: 2·code − 3 of weights 4(16c + j) + p */
+                    for (int c = 0; c < 4; c++) {
+                        uint8x16_t v = vld1q_u8(blk + 2 + 64 * h + 16 * c);
+                        uint8x16_t codes[4] = {vandq_u8(v, three), vandq_u8(vshrq_n_u8(v, 2), three),
+                                               vandq_u8(vshrq_n_u8(v, 4), three), vshrq_n_u8(v, 6)};
+                        for (int p = 0; p < 4; p++)
+                            dg[c][p] = vsubq_s8(vreinterpretq_s8_u8(vshlq_n_u8(codes[p], 1)), minus3);
+                    }
+                    for (int t = 0; t < tt; t++) {
+                        const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + 2 * b + h;
+                        int32x4_t s = vdupq_n_s32(0);
+                        for (int c = 0; c < 4; c++)
+                            for (int p = 0; p < 4; p++) s = vdotq_s32(s, dg[c][p], vld1q_s8(g->qs + 64 * p + 16 * c));
+                        acc[t] += (d * g->d) * (float)vaddvq_s32(s);
+                    }
+                }
+            }
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
+        }
+    }
+}
+
+static void hymt_gemm_q2_0c_neon(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                 size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    if (hymt_cpu()->dotprod)
+        q2c_gemm_neon_dotprod(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        hymt_gemm_q2_0c_scalar(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+}
+#endif /* HYMT_ARM64 */
+
+static const hymt_format HYMT_FORMAT_Q2_0C = {
+    .name = "Q2_0C",
+    .block_len = Q2C_BLOCK,
+    .block_bytes = Q2C_BYTES,
+    .decode = hymt_decode_q2_0c,
+    .row_dot_f32 = hymt_row_dot_f32_q2_0c,
+    .prepare = hymt_prepare_q2_0c,
+    .act_stride = hymt_act_stride_q2_0c,
+    .gemm =
+        {
+            [HYMT_ISA_SCALAR] = hymt_gemm_q2_0c_scalar,
+#if defined(HYMT_X86)
+            [HYMT_ISA_AVX2] = hymt_gemm_q2_0c_avx2,
+            [HYMT_ISA_AVX512] = hymt_gemm_q2_0c_avx512,
+#endif
+#if defined(HYMT_ARM64)
+            [HYMT_ISA_NEON] = hymt_gemm_q2_0c_neon,
+#endif
+        },
+};
+
+#endif /* HYMT_FMT_Q2_0C_H */

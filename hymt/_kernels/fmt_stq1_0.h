@@ -1,0 +1,393 @@
+/* fmt_stq1_0.h — Tencent STQ1_0 ("1.25Bit"), REFERENCE.md §2.6: 256 ternary weights in 42 bytes.
+ *
+ * Block bytes: [0, 32) 64 four-bit codes (group g's nibble: byte g/2, low nibble for even g),
+ * [32, 40) 64 sign bits (group g: bit g % 8 of byte 32 + g/8), [40, 42) fp16 scale d.
+ * Group g (4 weights) looks up STQ1_CODEBOOK[(sign << 4) | nibble]; its 2-bit lane p (0..2) minus 1 is
+ * the ternary digit of weight (g/16)·64 + (g%16) + 16p ("stride-16 placement").
+ *
+ * int8 path (§3.4, groups of 256 = one block). Activation layout ("plane order"): each group's 256
+ * int8 values are stored as 4 planes of 64, plane p position g holding the activation that lane p of
+ * group g multiplies:
+ *     act.qs[64p + g] = q[64·(g/16) + 16p + (g%16)]      (a 4×4 transpose of 16-byte chunks)
+ * so one codebook lookup per group and byte gives a 64-byte plane of lanes {0, 1, 2} lined up with
+ * 64 activations (vpdpbusd: unsigned lanes × signed activations), and
+ *     Σ digit·q = Σ lane·q − Σ q.
+ * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
+ *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
+ *
+ * AVX-512 kernel: per (row, block) 3 ops build the 64 lookup indices (nibbles in group order by a
+ * word shift, sign from the raw sign bits used as a byte mask), 4 vpermb (VBMI) or 8 vpshufb give
+ * the lane planes, 4 vpdpbusd per token; the 16-lane int32 accumulators of 16 rows are reduced by
+ * one transpose-add tree so each lane of the result is one row. Batches of ≥ 8 tokens use the
+ * transposed kernel (see stq1_gemm_avx512_tiles): each row-block is decoded once, transposed so a
+ * vector holds 4 weights of 16 rows, and multiplied by broadcast activation words, so a weight
+ * block is decoded once for the whole tile of tokens and no per-token reduction is needed. */
+#ifndef HYMT_FMT_STQ1_0_H
+#define HYMT_FMT_STQ1_0_H
+
+#include "hymt_common.h"
+#include "act_q8g.h"
+#include "cpu.h"
+#include "vec.h"
+#include "lowbit_common.h"
+
+#define STQ1_BLOCK 256
+#define STQ1_BYTES 42
+
+static const uint8_t STQ1_CODEBOOK[32] = {
+    0xa9, 0x89, 0x29, 0x09, 0xa6, 0x86, 0x26, 0x06, 0x9a, 0x92, 0x1a, 0x12, 0x6a, 0x62, 0x4a, 0x42,
+    0x01, 0x21, 0x81, 0xa1, 0x04, 0x24, 0x84, 0xa4, 0x10, 0x18, 0x90, 0x98, 0x40, 0x48, 0x60, 0x68,
+};
+
+HYMT_INLINE int stq1_group_index(const uint8_t *blk, int g) {
+    int nibble = (blk[g >> 1] >> (4 * (g & 1))) & 15;
+    int sign = (blk[32 + (g >> 3)] >> (g & 7)) & 1;
+    return (sign << 4) | nibble;
+}
+
+/* ---- decoder (§2.6, bit-exact: w = f32(digit) × d) ---- */
+
+static void hymt_decode_stq1_0(const uint8_t *src, float *dst, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; b++) {
+        const uint8_t *blk = src + b * STQ1_BYTES;
+        float *out = dst + b * STQ1_BLOCK;
+        float d = hymt_fp16_to_f32(hymt_load_u16(blk + 40));
+        for (int g = 0; g < 64; g++) {
+            int cb = STQ1_CODEBOOK[stq1_group_index(blk, g)];
+            for (int p = 0; p < 4; p++) {
+                int digit = ((cb >> (2 * p)) & 3) - 1;
+                out[(g >> 4) * 64 + (g & 15) + 16 * p] = (float)digit * d;
+            }
+        }
+    }
+}
+
+/* ---- float32 path (§3.3): Σ_blocks d × dot(unit digits, x_block) ---- */
+
+static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t cols) {
+    float digits[STQ1_BLOCK]; /* [256] unit digits of one block, natural order */
+    float total = 0.0f;
+    for (int64_t b = 0; b < cols / STQ1_BLOCK; b++) {
+        const uint8_t *blk = row + b * STQ1_BYTES;
+        for (int g = 0; g < 64; g++) {
+            int cb = STQ1_CODEBOOK[stq1_group_index(blk, g)];
+            for (int p = 0; p < 4; p++) digits[(g >> 4) * 64 + (g & 15) + 16 * p] = (float)(((cb >> (2 * p)) & 3) - 1);
+        }
+        float d = hymt_fp16_to_f32(hymt_load_u16(blk + 40));
+        total += d * hymt_dot_f32(digits, x + b * STQ1_BLOCK, STQ1_BLOCK);
+    }
+    return total;
+}
+
+/* ---- activations: §3.4 groups, qs permuted to plane order (bsums follow their 16-byte chunks) ---- */
+
+static size_t hymt_act_stride_stq1_0(int64_t cols) { return hymt_act_stride_q8g(cols); }
+
+static void hymt_prepare_stq1_0(const float *x, int64_t cols, uint8_t *act) {
+    hymt_q8g *groups = (hymt_q8g *)act;
+    for (int64_t b = 0; b < cols / STQ1_BLOCK; b++) {
+        hymt_q8g *g = groups + b;
+        hymt_quantize_group_q8g(x + b * STQ1_BLOCK, g);
+        int8_t natural[256];
+        int16_t natural_sums[16];
+        memcpy(natural, g->qs, sizeof natural);
+        memcpy(natural_sums, g->bsums, sizeof natural_sums);
+        for (int k = 0; k < 4; k++)     /* source chunk k of 64 weights */
+            for (int p = 0; p < 4; p++) { /* its 16-weight lane plane p */
+                memcpy(g->qs + 64 * p + 16 * k, natural + 64 * k + 16 * p, 16);
+                g->bsums[4 * p + k] = natural_sums[4 * k + p];
+            }
+    }
+}
+
+/* ---- int8 GEMM: scalar reference ---- */
+
+/* Exact Σ digit·q of one block against plane-ordered activations. */
+static inline int32_t stq1_block_isum_scalar(const uint8_t *blk, const hymt_q8g *a) {
+    int32_t lanes = 0;
+    for (int g = 0; g < 64; g++) {
+        int cb = STQ1_CODEBOOK[stq1_group_index(blk, g)];
+        for (int p = 0; p < 4; p++) lanes += ((cb >> (2 * p)) & 3) * a->qs[64 * p + g];
+    }
+    return lanes - a->sum;
+}
+
+static void hymt_gemm_stq1_0_scalar(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                    const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
+                                    int64_t y_stride) {
+    int64_t nb = cols / STQ1_BLOCK;
+    for (int64_t t = 0; t < n; t++) {
+        const hymt_q8g *a = (const hymt_q8g *)(act + t * act_stride);
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = w + r * row_bytes;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * STQ1_BYTES;
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk + 40));
+                acc += (d * a[b].d) * (float)stq1_block_isum_scalar(blk, a + b);
+            }
+            y[t * y_stride + r] = acc;
+        }
+    }
+}
+
+/* ---- AVX-512 ---- */
+#if defined(HYMT_X86)
+
+/* Lane-plane tables: byte i = lane p of codebook entry i & 31 (64 entries for vpermb; the pshufb
+ * variant uses entries 0..15 (sign 0) and 16..31 (sign 1) broadcast to every 16-byte lane). */
+static uint8_t STQ1_PLANE_TABLE[4][64];
+static uint8_t STQ1_PLANE_TABLE16[2][4][64]; /* [sign][plane][4 × 16] */
+
+static void stq1_init_tables(void) {
+    static int ready = 0;
+    if (ready) return;
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 64; i++) {
+            STQ1_PLANE_TABLE[p][i] = (STQ1_CODEBOOK[i & 31] >> (2 * p)) & 3;
+            for (int s = 0; s < 2; s++) STQ1_PLANE_TABLE16[s][p][i] = (STQ1_CODEBOOK[16 * s + (i & 15)] >> (2 * p)) & 3;
+        }
+    ready = 1; /* benign race: every thread writes the same bytes */
+}
+
+/* The 64 nibbles of a block in group order, one per byte: word i of the zero-extended bytes holds
+ * byte i; (w | w << 4) & 0x0f0f puts its low nibble (group 2i) in the low byte and its high nibble
+ * (group 2i+1) in the high byte. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_nibbles512(const uint8_t *blk) {
+    __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)blk));
+    return _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f0f), 0xa8);
+}
+
+HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
+    uint64_t s;
+    memcpy(&s, blk + 32, 8);
+    return s;
+}
+
+/* Planes of one row-block: VBMI variant (sign as index bit 4, one vpermb per plane). */
+#define STQ1_PLANES_VBMI(blk, pl)                                                                       \
+    do {                                                                                                \
+        __m512i nib_ = stq1_nibbles512(blk);                                                            \
+        __m512i idx_ = _mm512_mask_add_epi8(nib_, _cvtu64_mask64(stq1_sign_bits(blk)), nib_, c16);     \
+        for (int p_ = 0; p_ < 4; p_++) (pl)[p_] = _mm512_permutexvar_epi8(idx_, tab[p_]);              \
+    } while (0)
+
+/* Planes of one row-block: AVX-512BW variant (masked vpshufb selects the sign-1 table). */
+#define STQ1_PLANES_BW(blk, pl)                                                                         \
+    do {                                                                                                \
+        __m512i nib_ = stq1_nibbles512(blk);                                                            \
+        __mmask64 neg_ = _cvtu64_mask64(stq1_sign_bits(blk));                                           \
+        for (int p_ = 0; p_ < 4; p_++)                                                                  \
+            (pl)[p_] = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p_], nib_), neg_, tab1[p_], nib_); \
+    } while (0)
+
+/* Row-tile × token-tile kernel with per-token reduction; PLANES selects the lookup variant. */
+#define STQ1_GEMM_REDUCE_BODY(PLANES)                                                                   \
+    int64_t nb = cols / STQ1_BLOCK;                                                                     \
+    __m512i row_offsets = hymt_row_offsets(row_bytes);                                                  \
+    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_TOKEN_TILE][16][16]; /* [token][row][lane] */                 \
+    memset(partial, 0, sizeof partial);                                                                 \
+    for (int64_t r = r0; r < r1; r += 16) {                                                             \
+        int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                    \
+        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                            \
+        const uint8_t *wt = w + r * row_bytes;                                                          \
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {                                           \
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);                        \
+            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];                                                                \
+            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();                                  \
+            for (int64_t b = 0; b < nb; b++) {                                                          \
+                if (t0 == 0) hymt_prefetch_share(wt + 16 * row_bytes, w + (r + 32 < r1 ? r + 32 : r1) * row_bytes, b, nb);      \
+                for (int i = 0; i < rows; i++) {                                                        \
+                    const uint8_t *blk = wt + i * row_bytes + b * STQ1_BYTES;                           \
+                    __m512i pl[4];                                                                      \
+                    PLANES(blk, pl);                                                                    \
+                    for (int t = 0; t < tt; t++) {                                                      \
+                        const int8_t *q = ((const hymt_q8g *)(act + (t0 + t) * act_stride))[b].qs;      \
+                        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0],                  \
+                                                        _mm512_loadu_si512((const void *)q));            \
+                        s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));   \
+                        s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128)));  \
+                        s = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192)));  \
+                        _mm512_store_si512((void *)partial[t][i], s);                                   \
+                    }                                                                                   \
+                }                                                                                       \
+                __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * STQ1_BYTES + 38, 1);                                \
+                for (int t = 0; t < tt; t++) {                                                          \
+                    const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + b;            \
+                    __m512i isum = _mm512_sub_epi32(hymt_reduce16_epi32((const __m512i *)partial[t]),         \
+                                                    _mm512_set1_epi32(g->sum));                         \
+                    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)), \
+                                                                 _mm512_cvtepi32_ps(isum)));           \
+                }                                                                                       \
+            }                                                                                           \
+            for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]); \
+        }                                                                                               \
+    }
+
+HYMT_TARGET_AVX512VBMI static void stq1_gemm_avx512vbmi(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                        const uint8_t *act, size_t act_stride, int64_t n,
+                                                        int64_t cols, float *y, int64_t y_stride) {
+    __m512i tab[4];
+    for (int p = 0; p < 4; p++) tab[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE[p]);
+    const __m512i c16 = _mm512_set1_epi8(16);
+    STQ1_GEMM_REDUCE_BODY(STQ1_PLANES_VBMI)
+}
+
+HYMT_TARGET_AVX512 static void stq1_gemm_avx512bw(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                                  float *y, int64_t y_stride) {
+    __m512i tab0[4], tab1[4];
+    for (int p = 0; p < 4; p++) {
+        tab0[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[0][p]);
+        tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);
+    }
+    STQ1_GEMM_REDUCE_BODY(STQ1_PLANES_BW)
+}
+
+static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                    const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
+                                    int64_t y_stride) {
+    stq1_init_tables();
+    if (hymt_cpu()->avx512vbmi)
+        stq1_gemm_avx512vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        stq1_gemm_avx512bw(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+}
+
+/* ---- AVX2: per half-block of 32 groups, pshufb lookups of the sign-0 / sign-1 tables (bit 7 of
+ * the index zeroes the unused one), maddubs + madd, one horizontal sum per row-block. ---- */
+
+HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                   const uint8_t *act, size_t act_stride, int64_t n,
+                                                   int64_t cols, float *y, int64_t y_stride) {
+    stq1_init_tables();
+    int64_t nb = cols / STQ1_BLOCK;
+    __m256i tab0[4], tab1[4];
+    for (int p = 0; p < 4; p++) {
+        tab0[p] = _mm256_loadu_si256((const __m256i *)STQ1_PLANE_TABLE16[0][p]);
+        tab1[p] = _mm256_loadu_si256((const __m256i *)STQ1_PLANE_TABLE16[1][p]);
+    }
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i hi = _mm256_set1_epi8((char)0x80);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            const uint8_t *row = w + r * row_bytes;
+            float acc[HYMT_LOWBIT_TOKEN_TILE] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * STQ1_BYTES;
+                __m256i pl[2][4];
+                for (int h = 0; h < 2; h++) {
+                    __m256i wd = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+                    __m256i nib = _mm256_and_si256(_mm256_or_si256(wd, _mm256_slli_epi16(wd, 4)),
+                                                   _mm256_set1_epi16(0x0f0f));
+                    uint32_t s;
+                    memcpy(&s, blk + 32 + 4 * h, 4);
+                    __m256i neg = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), spread);
+                    neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg, bit), bit);
+                    __m256i idx0 = _mm256_or_si256(nib, _mm256_and_si256(neg, hi)); /* zero where sign 1 */
+                    __m256i idx1 = _mm256_xor_si256(idx0, hi);                      /* zero where sign 0 */
+                    for (int p = 0; p < 4; p++)
+                        pl[h][p] = _mm256_or_si256(_mm256_shuffle_epi8(tab0[p], idx0), _mm256_shuffle_epi8(tab1[p], idx1));
+                }
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk + 40));
+                for (int t = 0; t < tt; t++) {
+                    const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + b;
+                    __m256i s16 = _mm256_setzero_si256();
+                    for (int h = 0; h < 2; h++)
+                        for (int p = 0; p < 4; p++)
+                            s16 = _mm256_add_epi16(
+                                s16, _mm256_maddubs_epi16(pl[h][p], _mm256_loadu_si256((const __m256i *)(g->qs + 64 * p + 32 * h))));
+                    __m256i s32 = _mm256_madd_epi16(s16, ones16);
+                    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+                    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+                    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+                    int32_t isum = _mm_cvtsi128_si32(s4) - g->sum;
+                    acc[t] += (d * g->d) * (float)isum;
+                }
+            }
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
+        }
+    }
+}
+#endif /* HYMT_X86 */
+
+/* ---- NEON: 32-entry table lookup (tbl) per 16 groups, signed digits, SDOT ---- */
+#if defined(HYMT_ARM64)
+HYMT_TARGET_DOTPROD static void stq1_gemm_neon_dotprod(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                       const uint8_t *act, size_t act_stride, int64_t n,
+                                                       int64_t cols, float *y, int64_t y_stride) {
+    int64_t nb = cols / STQ1_BLOCK;
+    const uint8x16x2_t book = {{vld1q_u8(STQ1_CODEBOOK), vld1q_u8(STQ1_CODEBOOK + 16)}};
+    static const uint8_t bit_bytes[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_bytes);
+    const uint8x16_t three = vdupq_n_u8(3);
+    const int8x16_t one = vdupq_n_s8(1);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            const uint8_t *row = w + r * row_bytes;
+            float acc[HYMT_LOWBIT_TOKEN_TILE] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * STQ1_BYTES;
+                int8x16_t dg[4][4]; /* [chunk of 16 groups][plane]: digits −1..1 */
+                for (int k = 0; k < 4; k++) {
+                    uint8x8_t v = vld1_u8(blk + 8 * k);
+                    uint8x8x2_t z = vzip_u8(vand_u8(v, vdup_n_u8(15)), vshr_n_u8(v, 4));
+                    uint8x16_t nib = vcombine_u8(z.val[0], z.val[1]);
+                    uint8x16_t sb = vcombine_u8(vdup_n_u8(blk[32 + 2 * k]), vdup_n_u8(blk[33 + 2 * k]));
+                    uint8x16_t neg = vtstq_u8(sb, bits);
+                    uint8x16_t cb = vqtbl2q_u8(book, vorrq_u8(nib, vandq_u8(neg, vdupq_n_u8(16))));
+                    dg[k][0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(cb, three)), one);
+                    dg[k][1] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(cb, 2), three)), one);
+                    dg[k][2] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(cb, 4), three)), one);
+                    dg[k][3] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(cb, 6)), one);
+                }
+                float d = hymt_fp16_to_f32(hymt_load_u16(blk + 40));
+                for (int t = 0; t < tt; t++) {
+                    const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + b;
+                    int32x4_t s = vdupq_n_s32(0);
+                    for (int k = 0; k < 4; k++)
+                        for (int p = 0; p < 4; p++) s = vdotq_s32(s, dg[k][p], vld1q_s8(g->qs + 64 * p + 16 * k));
+                    acc[t] += (d * g->d) * (float)vaddvq_s32(s);
+                }
+            }
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
+        }
+    }
+}
+
+static void hymt_gemm_stq1_0_neon(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                  size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    if (hymt_cpu()->dotprod)
+        stq1_gemm_neon_dotprod(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        hymt_gemm_stq1_0_scalar(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+}
+#endif /* HYMT_ARM64 */
+
+static const hymt_format HYMT_FORMAT_STQ1_0 = {
+    .name = "STQ1_0",
+    .block_len = STQ1_BLOCK,
+    .block_bytes = STQ1_BYTES,
+    .decode = hymt_decode_stq1_0,
+    .row_dot_f32 = hymt_row_dot_f32_stq1_0,
+    .prepare = hymt_prepare_stq1_0,
+    .act_stride = hymt_act_stride_stq1_0,
+    .gemm =
+        {
+            [HYMT_ISA_SCALAR] = hymt_gemm_stq1_0_scalar,
+#if defined(HYMT_X86)
+            [HYMT_ISA_AVX2] = hymt_gemm_stq1_0_avx2,
+            [HYMT_ISA_AVX512] = hymt_gemm_stq1_0_avx512,
+#endif
+#if defined(HYMT_ARM64)
+            [HYMT_ISA_NEON] = hymt_gemm_stq1_0_neon,
+#endif
+        },
+};
+
+#endif /* HYMT_FMT_STQ1_0_H */

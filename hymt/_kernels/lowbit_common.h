@@ -1,0 +1,54 @@
+/* lowbit_common.h — pieces shared by the STQ1_0 and Q2_0C int8 GEMMs (fmt_stq1_0.h, fmt_q2_0c.h). */
+#ifndef HYMT_LOWBIT_COMMON_H
+#define HYMT_LOWBIT_COMMON_H
+
+#include "hymt_common.h"
+
+#define HYMT_ALIGNED64 __attribute__((aligned(64)))
+
+/* Tokens sharing one decoded weight block in the per-row kernels. */
+#define HYMT_LOWBIT_TOKEN_TILE 8
+
+#if defined(HYMT_X86)
+/* 16 int32 accumulators a[i] (16 lanes each) → lane i = sum of the lanes of a[i]; exact. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_reduce16_epi32(const __m512i *a) {
+    __m512i b[8], c[4], f[2];
+    for (int k = 0; k < 8; k++) /* lanes of each 128-bit quarter: [a0+a2, b0+b2, a1+a3, b1+b3] */
+        b[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]),
+                                _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 4; k++) /* each quarter: rows 4k..4k+3 */
+        c[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * k], b[2 * k + 1]),
+                                _mm512_unpackhi_epi64(b[2 * k], b[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        f[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_i32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* fp16 values at byte offset `at` of block b of up to 16 consecutive rows, as float32 lanes.
+ * hi16: the value is the high half of the gathered dword (so the dword ends inside the block). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_gather_scales(const uint8_t *w, __m512i row_offsets, __mmask16 rows,
+                                                         int64_t at, int hi16) {
+    __m512i idx = _mm512_add_epi32(row_offsets, _mm512_set1_epi32((int)at));
+    __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, idx, w, 1);
+    if (hi16) dw = _mm512_srli_epi32(dw, 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+}
+
+/* Software prefetch of the next row tile: the hardware streamers do not follow 16 rows read block
+ * by block, so step `step` of `steps` touches its share of [next, end). */
+HYMT_INLINE void hymt_prefetch_share(const uint8_t *next, const uint8_t *end, int64_t step, int64_t steps) {
+    if (next >= end) return;
+    int64_t lines = ((end - next) + 63) / 64;
+    int64_t per = (lines + steps - 1) / steps;
+    for (int64_t l = step * per; l < (step + 1) * per && l < lines; l++) _mm_prefetch((const char *)(next + 64 * l), _MM_HINT_T0);
+}
+
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_row_offsets(size_t row_bytes) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)row_bytes));
+}
+#endif
+
+#endif /* HYMT_LOWBIT_COMMON_H */
