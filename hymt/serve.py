@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import math
 import os
 import signal
 import sys
@@ -32,7 +33,7 @@ log = logging.getLogger("hymt.serve")
 
 # How much longer than our own graceful timeout gunicorn waits before it kills the worker: our drain
 # cancels at the timeout and cuts stuck connections a second later, so this is only a last resort.
-GUNICORN_GRACE_MARGIN = 4.0
+GUNICORN_GRACE_MARGIN = 4
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -209,7 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker_class": HymtWorker,
         "threads": config.max_concurrent_requests + config.queue_capacity + 4,
         "timeout": 0,  # a large model may take long to map; compute never blocks the heartbeat anyway
-        "graceful_timeout": config.graceful_timeout + GUNICORN_GRACE_MARGIN,
+        "graceful_timeout": math.ceil(
+            config.graceful_timeout + GUNICORN_GRACE_MARGIN
+        ),  # gunicorn wants an int
         "keepalive": 5,
         "loglevel": args.log_level,
         "errorlog": "-",

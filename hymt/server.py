@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hymt.engine import Engine, EngineClosed, Event, QueueFull, Ticket
 from hymt.errors import HymtError, ServerError
@@ -456,6 +456,28 @@ class ServerState:
         self.engine.shutdown(timeout=2.0)
 
 
+def _read_body() -> bytes:
+    """The whole request body, at most ``MAX_BODY_BYTES`` (413 beyond, with or without Content-Length)."""
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    stream = request.environ["wsgi.input"]
+    if length is None and "wsgi.input_terminated" not in request.environ:
+        return b""  # no length and no server-terminated stream: there is no body
+    limit = length if length is not None else MAX_BODY_BYTES + 1
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = stream.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    return b"".join(chunks)
+
+
 def create_app(config: ServerConfig | None = None, *, model: Any = None) -> Flask:
     """The Flask app serving one model (§9.1); loads the model from ``config`` when none is given."""
     config = config or ServerConfig()
@@ -470,7 +492,6 @@ def create_app(config: ServerConfig | None = None, *, model: Any = None) -> Flas
     state = ServerState(config, model)
 
     app = Flask("hymt")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["hymt"] = state
 
     @app.before_request
@@ -482,7 +503,7 @@ def create_app(config: ServerConfig | None = None, *, model: Any = None) -> Flas
             expected = f"Bearer {config.api_key}"
             if not hmac.compare_digest(given.encode(), expected.encode()):
                 return _error_response(ApiError(401, "authentication_error", "Invalid or missing API key"))
-        request.get_data()  # enforces the 1 MiB limit on every route, chunked bodies included
+        g.body = _read_body()  # the 1 MiB limit holds on every route, chunked bodies included
         return None
 
     @app.errorhandler(ApiError)
@@ -537,7 +558,7 @@ def _chat_completion(state: ServerState) -> Response:
     if request.mimetype != "application/json":
         raise ApiError(415, "invalid_request_error", "Expected request with `Content-Type: application/json`")
     try:
-        chat = parse_chat_request(parse_json(request.get_data()))
+        chat = parse_chat_request(parse_json(g.body))
     except ApiError as error:
         log.info("request failed status=%d message=%s", error.status, error.message)
         raise
@@ -706,6 +727,8 @@ class _Exchange:
                 last_sent = time.monotonic()
         except ClientGone:
             log.info("request failed request_id=%s error=client disconnected", self.id)
+        finally:
+            self.close()
 
 
 class _ClosingIterator:
