@@ -67,6 +67,7 @@ __all__ = [
     "TensorInfo",
     "dtype_for",
     "file_sha256",
+    "remember_file_sha256",
 ]
 
 
@@ -510,6 +511,12 @@ def file_sha256(path: str | os.PathLike[str], buf: Any = None, stat: os.stat_res
     digest = hasher.hexdigest()
     cache.put(key, fingerprint, digest)
     return digest
+
+
+def remember_file_sha256(path: str | os.PathLike[str], digest: str) -> None:
+    """Record the digest of a file the caller has just hashed itself (e.g. while downloading it)."""
+    key, fingerprint = _digest_key(Path(path), os.stat(path))
+    _DigestCache().put(key, fingerprint, digest.lower())
 
 
 def _digest_key(path: Path, stat: os.stat_result) -> tuple[str, dict[str, int]]:
