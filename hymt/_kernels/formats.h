@@ -16,7 +16,8 @@
 #include "fmt_f32.h"
 #include "fmt_f16.h"
 #include "fmt_q8_0.h"
-/* K2: #include "fmt_stq1_0.h"  and  #include "fmt_q2_0c.h" */
+#include "fmt_stq1_0.h"
+#include "fmt_q2_0c.h"
 #include "fmt_q4_k.h"
 #include "fmt_q6_k.h"
 /* ---- end of format headers ---- */
@@ -30,7 +31,8 @@ static const hymt_format_entry hymt_formats[] = {
     {0, &HYMT_FORMAT_F32},
     {1, &HYMT_FORMAT_F16},
     {8, &HYMT_FORMAT_Q8_0},
-    /* K2: {42, &HYMT_FORMAT_STQ1_0}, {40, &HYMT_FORMAT_Q2_0C}, */
+    {42, &HYMT_FORMAT_STQ1_0},
+    {40, &HYMT_FORMAT_Q2_0C},
     {12, &HYMT_FORMAT_Q4_K},
     {14, &HYMT_FORMAT_Q6_K},
 };
