@@ -46,9 +46,15 @@ ROLES = ("system", "user", "assistant")
 
 @dataclass(frozen=True)
 class RenderLimits:
-    """Resource limits of one render. Input characters = characters of all message contents."""
+    """Resource limits of one render. Input characters = characters of all message contents.
 
-    max_steps: int = 1_000_000  # plus one per input character
+    The official templates use about 25 steps and 3 produced characters per message character; the
+    defaults leave ample room for long conversations while bounding a hostile template to well under a
+    second of CPU and tens of MB of memory.
+    """
+
+    max_steps: int = 200_000  # plus `steps_per_message` per message and one per input character
+    steps_per_message: int = 64
     max_chars: int = 4 << 20  # characters produced, plus `chars_per_input_char` per input character
     chars_per_input_char: int = 16
     max_seconds: float = 2.0  # wall clock
@@ -521,7 +527,7 @@ class ChatTemplate:
         input_chars = sum(len(m["content"]) for m in flat)
         limits = self.limits
         budget = _Budget(
-            steps_left=limits.max_steps + input_chars,
+            steps_left=limits.max_steps + limits.steps_per_message * len(flat) + input_chars,
             chars_left=limits.max_chars + limits.chars_per_input_char * input_chars,
             deadline=time.monotonic() + limits.max_seconds,
             limits=limits,
