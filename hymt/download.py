@@ -315,6 +315,7 @@ def _transfer(
                 unit_divisor=1024,
                 disable=not progress,
                 file=sys.stderr,
+                mininterval=0.1 if sys.stderr.isatty() else 10.0,  # logs get a line every 10 s, not a flood
             )
             received = offset
             try:

@@ -480,7 +480,8 @@ class GGUFFile:
 
 # -- whole-file SHA-256 with a digest cache ---------------------------------------------------------------
 
-_HASH_CHUNK = 16 * 1024 * 1024
+_HASH_CHUNK = 16 * 1024 * 1024  # slices of an existing mapping
+_READ_CHUNK = 1024 * 1024  # reads of a file that is not mapped
 
 
 def file_sha256(path: str | os.PathLike[str], buf: Any = None, stat: os.stat_result | None = None) -> str:
@@ -506,7 +507,7 @@ def file_sha256(path: str | os.PathLike[str], buf: Any = None, stat: os.stat_res
             view.release()
     else:
         with open(path, "rb") as f:
-            while chunk := f.read(_HASH_CHUNK):
+            while chunk := f.read(_READ_CHUNK):
                 hasher.update(chunk)
     digest = hasher.hexdigest()
     cache.put(key, fingerprint, digest)
