@@ -38,6 +38,7 @@ log = logging.getLogger("hymt.server")
 MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_TOKENS = 4096
 DISCONNECT_POLL_SECONDS = 0.1
+SSE_SEND_BUFFER_BYTES = 32 * 1024
 U64_MAX = 2**64 - 1
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 ROLES = ("system", "user", "assistant")
@@ -581,8 +582,13 @@ def _chat_completion(state: ServerState) -> Response:
         if isinstance(exc, ApiError):
             log.info("request failed status=%d message=%s", exc.status, exc.message)
         raise
-    exchange = _Exchange(state, ticket, chat, request.environ.get("gunicorn.socket"))
+    sock = request.environ.get("gunicorn.socket")
+    exchange = _Exchange(state, ticket, chat, sock)
     if chat.stream:
+        if sock is not None:
+            # A small send buffer bounds the kernel memory a stalled client can pin and makes it block the
+            # stream's own thread early (it keeps its slot, §9.6); tokens are small, so it never limits speed.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SSE_SEND_BUFFER_BYTES)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return Response(exchange.sse(), headers=headers, content_type="text/event-stream; charset=utf-8")
     return exchange.json_response()

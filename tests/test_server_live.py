@@ -1,0 +1,390 @@
+"""`hymt-serve` as users run it: a real gunicorn process on loopback, driven over sockets (REFERENCE §12.9).
+
+Each server is started by the test on a free port (`--listen 127.0.0.1:0`; the port is read from the
+`listening` log line) and stopped by it. A "stalled" client is a raw socket with a tiny receive buffer that
+sends a streaming request and then stops reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from hymt.synthetic import write_tiny_fixture
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASE = {"model": "test", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 4}
+LONG_STREAM = {**BASE, "max_tokens": 2000, "stream": True}  # ~300 KB of events: more than socket buffers hold
+PROGRAM = "from hymt.cli import run; from hymt.serve import main; run(main)"
+
+
+class LiveServer:
+    """A `hymt-serve` subprocess; ``url`` once its `listening` line appeared."""
+
+    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-c", PROGRAM, "--model", str(model), "--model-id", "test"]
+        command += ["--ctx-size", "2048", "--listen", "127.0.0.1:0", "--ping-interval", "0.2", *args]
+        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=environment,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.port = 0
+        threading.Thread(target=self._read_log, daemon=True).start()
+        if not self._ready.wait(60):
+            self.stop()
+            raise AssertionError("server did not start:\n" + "".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read_log(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            match = re.search(r"listening address=127\.0\.0\.1:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+                self._ready.set()
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def post(self, body: Any, **kwargs: Any) -> requests.Response:
+        return requests.post(f"{self.url}/v1/chat/completions", json=body, timeout=30, **kwargs)
+
+
+class StalledStream:
+    """A streaming request whose client reads the response head and first event, then stops reading."""
+
+    def __init__(self, server: LiveServer, body: dict[str, Any] | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", server.port))
+        payload = json.dumps(body or LONG_STREAM).encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + payload)
+        self.received = b""
+
+    def read_until(self, marker: bytes) -> bytes:
+        while marker not in self.received:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                break
+            self.received += chunk
+        return self.received
+
+    def status(self) -> int:
+        self.read_until(b"\r\n")
+        return int(self.received.split(b" ", 2)[1])
+
+    def wait_started(self) -> None:
+        """Blocks until the stream is active (its role chunk arrived)."""
+        assert self.status() == 200, self.received
+        assert b'"role":"assistant"' in self.read_until(b'"role":"assistant"')
+
+    def read_rest(self) -> bytes:
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.received += chunk
+        return self.received
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_fixture(tmp_path_factory.mktemp("live") / "tiny.gguf", moe=False, numeric=False)
+
+
+@pytest.fixture(scope="module")
+def numeric_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_fixture(tmp_path_factory.mktemp("live") / "numeric.gguf", moe=False, numeric=True)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path: Path) -> Any:
+    """Threads 1, concurrency 2, queue 0 (the §12.9 setting)."""
+    live = LiveServer(tiny_path, "--threads", "1", "--max-concurrent-requests", "2", "--queue-capacity", "0")
+    yield live
+    live.stop()
+
+
+def content(response: requests.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def wait_for_capacity(server: LiveServer, timeout: float = 10.0) -> None:
+    """Polls with normal requests until one succeeds; only 200 or 429 may be seen meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = server.post(BASE)
+        assert response.status_code in (200, 429), response.text
+        if response.status_code == 200:
+            assert content(response) == "aaaa"
+            return
+        assert time.monotonic() < deadline, "capacity did not come back"
+        time.sleep(0.05)
+
+
+def assert_exact_capacity(server: LiveServer, slots: int) -> None:
+    """Exactly ``slots`` stalled streams are admitted and the next request gets 429: nothing leaked."""
+    stalled = [StalledStream(server) for _ in range(slots)]
+    try:
+        for stream in stalled:
+            stream.wait_started()
+        response = server.post(BASE)
+        assert response.status_code == 429, response.text
+    finally:
+        for stream in stalled:
+            stream.close()
+    wait_for_capacity(server)
+
+
+def test_routes(server: LiveServer) -> None:
+    assert requests.get(f"{server.url}/healthz", timeout=10).json() == {"model": "test", "status": "ok"}
+    assert requests.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["id"] == "test"
+    response = requests.get(f"{server.url}/nope", timeout=10)
+    assert response.status_code == 404 and response.json()["error"]["message"] == "Unknown endpoint"
+    response = requests.get(f"{server.url}/v1/chat/completions", timeout=10)
+    assert response.status_code == 405 and "POST" in response.headers["Allow"]
+    assert content(server.post(BASE)) == "aaaa"
+    assert "model ready architecture=hunyuan-dense" in server.log()
+    assert re.search(r"max_kv_bytes=\d+ context=2048 concurrency=2 threads=1", server.log())
+
+
+def test_sse_over_the_wire(server: LiveServer) -> None:
+    body = {**BASE, "stream": True, "stream_options": {"include_usage": True}}
+    response = requests.post(f"{server.url}/v1/chat/completions", json=body, stream=True, timeout=30)
+    assert response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    raw = b"".join(response.iter_content(None))
+    events = [block for block in raw.decode().split("\n\n") if block]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "aaaa"
+    assert chunks[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+
+
+def test_bad_input_over_the_wire(server: LiveServer) -> None:
+    url = f"{server.url}/v1/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    for raw in (b"{bad", b"[" * 200000, b'{"model":"\xff"}'):
+        response = requests.post(url, data=raw, headers=headers, timeout=30)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["message"].startswith("Failed to parse the request body as JSON: ")
+    response = requests.post(url, data=b"{}", headers={"Content-Type": "text/plain"}, timeout=30)
+    assert response.status_code == 415
+    big = json.dumps({**BASE, "messages": [{"role": "user", "content": "x" * (2 << 20)}]}).encode()
+    response = requests.post(url, data=big, headers=headers, timeout=30)
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == "Failed to buffer the request body: length limit exceeded"
+
+    def chunked() -> Any:
+        for start in range(0, len(big), 65536):
+            yield big[start : start + 65536]
+
+    try:
+        response = requests.post(url, data=chunked(), headers=headers, timeout=30)
+        assert response.status_code == 413
+    except requests.ConnectionError:
+        pass  # the server may close before the client finished sending; it must just stay up
+    assert content(server.post(BASE)) == "aaaa"
+
+
+def test_unread_stream_does_not_block_a_normal_request(server: LiveServer) -> None:
+    stalled = StalledStream(server, {**LONG_STREAM, "max_tokens": 1024})
+    try:
+        stalled.wait_started()
+        started = time.monotonic()
+        response = requests.post(f"{server.url}/v1/chat/completions", json=BASE, timeout=5)
+        assert content(response) == "aaaa"
+        assert time.monotonic() - started < 5
+    finally:
+        stalled.close()
+    wait_for_capacity(server)
+
+
+def test_429_only_when_full_and_recovery_after_disconnects(server: LiveServer) -> None:
+    first, second = StalledStream(server), StalledStream(server)
+    try:
+        first.wait_started()
+        second.wait_started()
+        for _ in range(3):
+            response = server.post(BASE)
+            assert response.status_code == 429
+            assert response.headers["Retry-After"] == "1"
+            assert response.json()["error"] == {
+                "message": "Request queue is full",
+                "type": "rate_limit_error",
+                "param": None,
+                "code": "rate_limit_error",
+            }
+        assert requests.get(f"{server.url}/healthz", timeout=5).status_code == 200
+    finally:
+        first.close()
+        second.close()
+    wait_for_capacity(server)
+    assert_exact_capacity(server, 2)
+
+
+def test_disconnects_mid_request_free_permits(server: LiveServer) -> None:
+    long_prompt = {**BASE, "messages": [{"role": "user", "content": "x" * 2000}], "max_tokens": 40}
+    for body in (
+        {**BASE, "max_tokens": 2000},  # non-streaming, killed during decode
+        {**LONG_STREAM},  # streaming, killed mid-stream
+        {**long_prompt, "stream": True},  # killed right after sending (queued or in prefill)
+        long_prompt,
+    ):
+        for _ in range(2):
+            stream = StalledStream(server, body)
+            time.sleep(0.05)
+            stream.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            stream.close()  # reset, like a killed client
+    wait_for_capacity(server)
+    assert_exact_capacity(server, 2)
+
+
+def test_disconnect_while_queued_frees_permits(tiny_path: Path) -> None:
+    live = LiveServer(tiny_path, "--threads", "1", "--max-concurrent-requests", "1", "--queue-capacity", "1")
+    try:
+        holder = StalledStream(live)
+        holder.wait_started()
+        queued = StalledStream(live, {**BASE, "stream": True})
+        assert queued.status() == 200
+        assert b": ping\n\n" in queued.read_until(b": ping\n\n")  # admitted, waiting for the slot
+        assert live.post(BASE).status_code == 429
+        queued.close()
+        deadline = time.monotonic() + 5
+        while True:  # the queue permit comes back: a new stream is admitted and waits
+            again = StalledStream(live, {**BASE, "stream": True})
+            if again.status() == 200:
+                break
+            again.close()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert b": ping" in again.read_until(b": ping")
+        holder.close()  # its slot passes to the waiting stream
+        assert b"data: [DONE]" in again.read_until(b"data: [DONE]")
+        again.close()
+    finally:
+        live.stop()
+
+
+def test_parallel_streams_equal_solo_runs_and_bounded_burst(numeric_path: Path) -> None:
+    live = LiveServer(
+        numeric_path, "--threads", "1", "--max-concurrent-requests", "8", "--queue-capacity", "8"
+    )
+    try:
+        bodies = [
+            {
+                "model": "test",
+                "messages": [{"role": "user", "content": f"Translate {i}: " + "abc" * i}],
+                "temperature": 0.8,
+                "top_k": 40,
+                "seed": 7 + i,
+                "max_tokens": 32,
+                "stream": True,
+            }
+            for i in range(8)
+        ]
+
+        def stream_text(body: dict[str, Any]) -> str:
+            response = requests.post(f"{live.url}/v1/chat/completions", json=body, stream=True, timeout=60)
+            assert response.status_code == 200
+            raw = b"".join(response.iter_content(None)).decode()
+            events = [block for block in raw.split("\n\n") if block.startswith("data: ")]
+            assert events[-1] == "data: [DONE]"
+            chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+            return "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+
+        solo = [stream_text(body) for body in bodies]
+        assert len(set(solo)) > 1
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(stream_text, bodies))
+        assert together == solo
+
+        def one(i: int) -> int:
+            body = {**bodies[i % 8], "stream": i % 3 == 0, "max_tokens": 8}
+            return requests.post(f"{live.url}/v1/chat/completions", json=body, timeout=60).status_code
+
+        with ThreadPoolExecutor(20) as pool:
+            statuses = list(pool.map(one, range(200)))
+        assert set(statuses) <= {200, 429}, statuses
+        assert statuses.count(200) > 0
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_shutdown_with_a_stalled_stream(tiny_path: Path, signum: int) -> None:
+    graceful = 1.0
+    live = LiveServer(
+        tiny_path,
+        "--threads",
+        "1",
+        "--max-concurrent-requests",
+        "1",
+        "--queue-capacity",
+        "0",
+        "--graceful-timeout",
+        str(graceful),
+    )
+    stalled = StalledStream(live)
+    try:
+        stalled.wait_started()
+        keepalive = requests.Session()
+        assert keepalive.get(f"{live.url}/healthz", timeout=5).status_code == 200
+        started = time.monotonic()
+        live.process.send_signal(signum)
+        time.sleep(0.3)
+        # A request still reaching the app while draining gets 503.
+        response = keepalive.get(f"{live.url}/healthz", timeout=5)
+        assert response.status_code == 503
+        assert response.json()["error"]["message"] == "Server is shutting down"
+        # The client never resumes reading: the server must end the response itself and exit.
+        live.process.wait(graceful + 5)
+        assert time.monotonic() - started < graceful + 5
+        rest = stalled.read_rest()  # what was buffered, then end-of-stream
+        assert b"data: [DONE]" not in rest
+        assert "Handling signal" in live.log()
+    finally:
+        stalled.close()
+        live.stop()
