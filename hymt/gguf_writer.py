@@ -25,6 +25,7 @@ from hymt.gguf_format import (
     GGUF_MAGIC,
     GGUF_VERSION,
     MAX_ALIGNMENT,
+    MAX_RANK,
     VALUE_NUMPY_DTYPES,
     GGUFValueType,
 )
@@ -180,7 +181,9 @@ class GGUFWriter:
             elements = 1
             for d in dims:
                 elements *= d
-            if not dims or dims[0] % fmt.block_len:
+            if not 1 <= len(dims) <= MAX_RANK:
+                raise GGUFError(f"invalid rank for tensor {name}")
+            if dims[0] % fmt.block_len:
                 raise GGUFError(f"tensor {name} has a partial quantization block in its row")
             type_id, byte_len = fmt.type_id, fmt.byte_len(elements)
         else:

@@ -590,6 +590,8 @@ def test_writer_rejects_wrong_payloads(tmp_path):
         writer.add_tensor("q", [16], "Q8_0", bytes(17))
     with pytest.raises(GGUFError, match="expected 34 bytes, got 33"):
         writer.add_tensor("q", [32], "Q8_0", bytes(33))
+    with pytest.raises(GGUFError, match="^invalid rank for tensor q$"):
+        writer.add_tensor("q", [], "F32", b"")
     with pytest.raises(GGUFError, match="unknown tensor dtype"):
         writer.add_tensor("q", [32], "Q5_K", bytes(33))
     writer.add_tensor("late", [2], "F32", lambda: bytes(4))
