@@ -53,8 +53,9 @@ class RenderLimits:
     second of CPU and tens of MB of memory.
     """
 
-    max_steps: int = 200_000  # plus `steps_per_message` per message and one per input character
+    max_steps: int = 200_000  # plus the two allowances below
     steps_per_message: int = 64
+    steps_per_input_char: int = 8
     max_chars: int = 4 << 20  # characters produced, plus `chars_per_input_char` per input character
     chars_per_input_char: int = 16
     max_seconds: float = 2.0  # wall clock
@@ -527,7 +528,9 @@ class ChatTemplate:
         input_chars = sum(len(m["content"]) for m in flat)
         limits = self.limits
         budget = _Budget(
-            steps_left=limits.max_steps + limits.steps_per_message * len(flat) + input_chars,
+            steps_left=limits.max_steps
+            + limits.steps_per_message * len(flat)
+            + limits.steps_per_input_char * input_chars,
             chars_left=limits.max_chars + limits.chars_per_input_char * input_chars,
             deadline=time.monotonic() + limits.max_seconds,
             limits=limits,
