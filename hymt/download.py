@@ -173,6 +173,10 @@ class _Interrupted(Exception):
     """A transient failure; the ``.part`` is kept and the next attempt resumes it."""
 
 
+class _Unreachable(_Interrupted):
+    """No connection to the server could be made (DNS failure, refused, connect timeout)."""
+
+
 class _TransientStatus(_Interrupted):
     def __init__(self, status: int) -> None:
         super().__init__(f"HTTP {status}")
@@ -229,12 +233,13 @@ def download_file(
                 break
             except _Restart:
                 part.unlink(missing_ok=True)
-            except (_Interrupted, requests.RequestException) as exc:
-                if attempt >= retries:
+            except _Interrupted as exc:
+                # An unreachable host is retried once, not `retries` times: offline machines should hear so fast.
+                if attempt >= (min(retries, 1) if isinstance(exc, _Unreachable) else retries):
                     raise DownloadError(_network_message(url, exc, model_hint)) from None
                 delay = RETRY_BACKOFF_SECONDS * 2**attempt
                 attempt += 1
-                _say(f"Download from {url} interrupted ({_describe(exc)}); retrying in {delay:g} s...")
+                _say(f"Download from {url} failed ({_describe(exc)}); retrying in {delay:g} s...")
                 time.sleep(delay)
     finally:
         if own_session:
@@ -278,9 +283,18 @@ def _transfer(
     request_headers = dict(headers)
     if offset:
         request_headers["Range"] = f"bytes={offset}-"
-    with session.get(
-        url, headers=request_headers, stream=True, timeout=timeout, allow_redirects=True
-    ) as response:
+    try:
+        response = session.get(
+            url, headers=request_headers, stream=True, timeout=timeout, allow_redirects=True
+        )
+    except requests.ConnectionError as exc:  # also a connect timeout: no server answered at all
+        reason = getattr(exc.args[0], "reason", None) if exc.args else None  # urllib3's root cause
+        raise _Unreachable(_describe(reason or exc)) from exc
+    except requests.Timeout as exc:
+        raise _Interrupted(_describe(exc)) from exc
+    except requests.RequestException as exc:  # invalid URL, too many redirects, ...
+        raise DownloadError(f"Failed to download model from {url}: {_describe(exc)}") from exc
+    with response:
         status = response.status_code
         if status == 416:
             raise _Restart
@@ -328,6 +342,8 @@ def _transfer(
                     out.write(chunk)
                     hasher.update(chunk)
                     bar.update(len(chunk))
+            except requests.RequestException as exc:  # dropped or stalled mid-transfer
+                raise _Interrupted(_describe(exc)) from exc
             finally:
                 bar.close()
                 out.flush()
@@ -380,11 +396,11 @@ def _describe(exc: BaseException) -> str:
 def _network_message(url: str, exc: BaseException, model_hint: bool) -> str:
     if isinstance(exc, _TransientStatus):
         return f"Failed to download model from {url}: HTTP {exc.status}"
-    host = urlsplit(url).netloc or url
-    if isinstance(exc, requests.ConnectionError) and not isinstance(
-        exc, requests.exceptions.ChunkedEncodingError
-    ):
-        message = f"Failed to download model from {url}: network unreachable, cannot connect to {host}"
+    if isinstance(exc, _Unreachable):
+        host = urlsplit(url).netloc or url
+        message = (
+            f"Failed to download model from {url}: network unreachable, cannot connect to {host} ({exc})"
+        )
     else:
         message = f"Failed to download model from {url}: {_describe(exc)}; run again to resume"
     if model_hint:
