@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +35,7 @@ class Behaviour:
     status: int | None = None  # answer every request with this status and no body
     drop_after: int | None = None  # the first full-body response stops after this many bytes
     bad_content_range: bool = False
+    stall_after: int | None = None  # the first full-body response goes silent after this many bytes
     requests: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
 
@@ -76,6 +78,13 @@ class Handler(BaseHTTPRequestHandler):
         body = PAYLOAD[start:]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if b.stall_after is not None:
+            head, b.stall_after = body[: b.stall_after], None
+            self.wfile.write(head)
+            self.wfile.flush()
+            time.sleep(1.0)
+            self.close_connection = True
+            return
         if b.drop_after is not None:
             body, b.drop_after = body[: b.drop_after], None
             self.wfile.write(body)
@@ -88,6 +97,7 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[tuple[str, Behaviour]]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True  # a stalled handler must not hold up the test's teardown
     httpd.behaviour = Behaviour()  # type: ignore[attr-defined]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -288,6 +298,16 @@ def test_dropped_connection_is_retried_within_one_call(server, tmp_path, monkeyp
     assert (
         len(ranges) == 2 and ranges[0] is None and ranges[1].startswith("bytes=") and ranges[1] != "bytes=0-"
     )
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_stalled_transfer_times_out_and_resumes(server, tmp_path, monkeypatch):
+    base, behaviour = server
+    monkeypatch.setattr(dl, "CHUNK_BYTES", 1024)
+    behaviour.stall_after = 20000
+    dest = fetch(base, tmp_path / "model.gguf", retries=1, read_timeout=0.2)
+    ranges = [r.get("Range") for r in behaviour.requests]
+    assert len(ranges) == 2 and ranges[0] is None and ranges[1].startswith("bytes=")
     assert dest.read_bytes() == PAYLOAD
 
 
