@@ -112,7 +112,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t r
     int64_t nb = cols / Q2C_BLOCK;
     const __m512i three = _mm512_set1_epi8(3);
     __m512i row_offsets = hymt_row_offsets(row_bytes);
-    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_TOKEN_TILE][16][16]; /* [token][row][lane] */
+    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_PARTIALS][16][16]; /* [token · 2·chunk + half][row][lane] */
     memset(partial, 0, sizeof partial);
     for (int64_t r = r0; r < r1; r += 16) {
         int rows = (int)(r1 - r < 16 ? r1 - r : 16);
@@ -120,34 +120,42 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t r
         const uint8_t *wt = w + r * row_bytes;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
             int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
+            int chunk = HYMT_LOWBIT_PARTIALS / 2 / tt; /* blocks per chunk */
+            const hymt_q8g *a0 = (const hymt_q8g *)(act + t0 * act_stride);
+            size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
             __m512 acc[HYMT_LOWBIT_TOKEN_TILE];
             for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b = 0; b < nb; b++) {
-                if (t0 == 0) hymt_prefetch_share(wt + 16 * row_bytes, w + (r + 32 < r1 ? r + 32 : r1) * row_bytes, b, nb);
-                __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
-                for (int h = 0; h < 2; h++) {
-                    for (int i = 0; i < rows; i++) {
-                        __m512i v = _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h));
+            for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+                int nc = (int)(nb - b0 < chunk ? nb - b0 : chunk);
+                for (int i = 0; i < rows; i++) {
+                    const uint8_t *codes = wt + i * row_bytes + b0 * Q2C_BYTES + 2;
+                    for (int h = 0; h < 2 * nc; h++, codes += (h & 1) ? 64 : Q2C_BYTES - 64) {
+                        _mm_prefetch((const char *)codes + HYMT_PREFETCH_BYTES, _MM_HINT_T0);
+                        __m512i v = _mm512_loadu_si512((const void *)codes);
                         __m512i pl0 = _mm512_and_si512(v, three);
                         __m512i pl1 = _mm512_and_si512(_mm512_srli_epi16(v, 2), three);
                         __m512i pl2 = _mm512_and_si512(_mm512_srli_epi16(v, 4), three);
                         __m512i pl3 = _mm512_and_si512(_mm512_srli_epi16(v, 6), three);
                         for (int t = 0; t < tt; t++) {
-                            const int8_t *q = ((const hymt_q8g *)(act + (t0 + t) * act_stride))[2 * b + h].qs;
+                            const int8_t *q = a0[t * ts + 2 * b0 + h].qs;
                             __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl0, _mm512_loadu_si512((const void *)q));
                             s = _mm512_dpbusd_epi32(s, pl1, _mm512_loadu_si512((const void *)(q + 64)));
                             s = _mm512_dpbusd_epi32(s, pl2, _mm512_loadu_si512((const void *)(q + 128)));
                             s = _mm512_dpbusd_epi32(s, pl3, _mm512_loadu_si512((const void *)(q + 192)));
-                            _mm512_store_si512((void *)partial[t][i], s);
+                            _mm512_store_si512((void *)partial[t * 2 * chunk + h][i], s);
                         }
                     }
-                    for (int t = 0; t < tt; t++) {
-                        const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + 2 * b + h;
-                        __m512i codes = hymt_reduce16_epi32((const __m512i *)partial[t]);
-                        __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(codes, 1), _mm512_set1_epi32(3 * g->sum));
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)),
-                                                                     _mm512_cvtepi32_ps(isum)));
-                    }
+                }
+                for (int c = 0; c < nc; c++) {
+                    __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, (b0 + c) * Q2C_BYTES, 0);
+                    for (int h = 2 * c; h < 2 * c + 2; h++)
+                        for (int t = 0; t < tt; t++) {
+                            const hymt_q8g *g = a0 + t * ts + 2 * b0 + h;
+                            __m512i sums = hymt_reduce16_epi32((const __m512i *)partial[t * 2 * chunk + h]);
+                            __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(sums, 1), _mm512_set1_epi32(3 * g->sum));
+                            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)),
+                                                                         _mm512_cvtepi32_ps(isum)));
+                        }
                 }
             }
             for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]);

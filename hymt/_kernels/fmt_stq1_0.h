@@ -181,43 +181,54 @@ HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
             (pl)[p_] = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p_], nib_), neg_, tab1[p_], nib_); \
     } while (0)
 
-/* Row-tile × token-tile kernel with per-token reduction; PLANES selects the lookup variant. */
+/* Row tile (16 rows) × token tile kernel. Each row's blocks are read in memory order (so the hardware
+ * prefetchers stream the tile) for a chunk of blocks, the 16-lane partial sums are buffered, then per
+ * block the 16 rows are reduced to one vector (lane = row) and accumulated in block order.
+ * PLANES selects the lookup variant. */
 #define STQ1_GEMM_REDUCE_BODY(PLANES)                                                                   \
     int64_t nb = cols / STQ1_BLOCK;                                                                     \
     __m512i row_offsets = hymt_row_offsets(row_bytes);                                                  \
-    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_TOKEN_TILE][16][16]; /* [token][row][lane] */                 \
+    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_PARTIALS][16][16]; /* [token · chunk + block][row][lane] */ \
     memset(partial, 0, sizeof partial);                                                                 \
     for (int64_t r = r0; r < r1; r += 16) {                                                             \
         int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                    \
         __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                            \
         const uint8_t *wt = w + r * row_bytes;                                                          \
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {                                           \
-            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);                        \
-            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];                                                                \
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {                                    \
+            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);          \
+            int chunk = HYMT_LOWBIT_PARTIALS / tt;                                                      \
+            const hymt_q8g *a0 = (const hymt_q8g *)(act + t0 * act_stride);                             \
+            size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */                      \
+            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];                                                         \
             for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();                                  \
-            for (int64_t b = 0; b < nb; b++) {                                                          \
-                if (t0 == 0) hymt_prefetch_share(wt + 16 * row_bytes, w + (r + 32 < r1 ? r + 32 : r1) * row_bytes, b, nb);      \
+            for (int64_t b0 = 0; b0 < nb; b0 += chunk) {                                                \
+                int nc = (int)(nb - b0 < chunk ? nb - b0 : chunk);                                      \
                 for (int i = 0; i < rows; i++) {                                                        \
-                    const uint8_t *blk = wt + i * row_bytes + b * STQ1_BYTES;                           \
-                    __m512i pl[4];                                                                      \
-                    PLANES(blk, pl);                                                                    \
-                    for (int t = 0; t < tt; t++) {                                                      \
-                        const int8_t *q = ((const hymt_q8g *)(act + (t0 + t) * act_stride))[b].qs;      \
-                        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0],                  \
-                                                        _mm512_loadu_si512((const void *)q));            \
-                        s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));   \
-                        s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128)));  \
-                        s = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192)));  \
-                        _mm512_store_si512((void *)partial[t][i], s);                                   \
+                    const uint8_t *blk = wt + i * row_bytes + b0 * STQ1_BYTES;                          \
+                    for (int c = 0; c < nc; c++, blk += STQ1_BYTES) {                                   \
+                        __m512i pl[4];                                                                  \
+                        _mm_prefetch((const char *)blk + HYMT_PREFETCH_BYTES, _MM_HINT_T0);             \
+                        PLANES(blk, pl);                                                                \
+                        for (int t = 0; t < tt; t++) {                                                  \
+                            const int8_t *q = a0[t * ts + b0 + c].qs;                                   \
+                            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0],              \
+                                                            _mm512_loadu_si512((const void *)q));       \
+                            s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));  \
+                            s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128))); \
+                            s = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
+                            _mm512_store_si512((void *)partial[t * chunk + c][i], s);                   \
+                        }                                                                               \
                     }                                                                                   \
                 }                                                                                       \
-                __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * STQ1_BYTES + 38, 1);                                \
-                for (int t = 0; t < tt; t++) {                                                          \
-                    const hymt_q8g *g = (const hymt_q8g *)(act + (t0 + t) * act_stride) + b;            \
-                    __m512i isum = _mm512_sub_epi32(hymt_reduce16_epi32((const __m512i *)partial[t]),         \
-                                                    _mm512_set1_epi32(g->sum));                         \
-                    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)), \
-                                                                 _mm512_cvtepi32_ps(isum)));           \
+                for (int c = 0; c < nc; c++) {                                                          \
+                    __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, (b0 + c) * STQ1_BYTES + 38, 1); \
+                    for (int t = 0; t < tt; t++) {                                                      \
+                        const hymt_q8g *g = a0 + t * ts + b0 + c;                                       \
+                        __m512i isum = _mm512_sub_epi32(                                                \
+                            hymt_reduce16_epi32((const __m512i *)partial[t * chunk + c]), _mm512_set1_epi32(g->sum)); \
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)), \
+                                                                     _mm512_cvtepi32_ps(isum)));       \
+                    }                                                                                   \
                 }                                                                                       \
             }                                                                                           \
             for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]); \

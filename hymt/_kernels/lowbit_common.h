@@ -8,6 +8,11 @@
 
 /* Tokens sharing one decoded weight block in the per-row kernels. */
 #define HYMT_LOWBIT_TOKEN_TILE 8
+/* Buffered 16×16 int32 partial-sum tiles per thread (32 KB): blocks per chunk = this / tokens. */
+#define HYMT_LOWBIT_PARTIALS 32
+#ifndef HYMT_PREFETCH_BYTES
+#define HYMT_PREFETCH_BYTES 4096
+#endif
 
 #if defined(HYMT_X86)
 /* 16 int32 accumulators a[i] (16 lanes each) → lane i = sum of the lanes of a[i]; exact. */
@@ -36,13 +41,30 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_gather_scales(const uint8_t *w, __m51
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
 }
 
-/* Software prefetch of the next row tile: the hardware streamers do not follow 16 rows read block
- * by block, so step `step` of `steps` touches its share of [next, end). */
-HYMT_INLINE void hymt_prefetch_share(const uint8_t *next, const uint8_t *end, int64_t step, int64_t steps) {
-    if (next >= end) return;
-    int64_t lines = ((end - next) + 63) / 64;
-    int64_t per = (lines + steps - 1) / steps;
-    for (int64_t l = step * per; l < (step + 1) * per && l < lines; l++) _mm_prefetch((const char *)(next + 64 * l), _MM_HINT_T0);
+/* Software prefetch of a later row tile while the current one is computed: the hardware streamers
+ * do not follow 16 rows read block by block. Each block step touches `per` lines of the tile. */
+#define HYMT_PREFETCH_TILES 1
+
+typedef struct {
+    const uint8_t *next; /* first byte of the tile to prefetch */
+    int64_t lines;       /* its 64-byte lines (0: nothing to prefetch) */
+    int64_t per;         /* lines per block step */
+} hymt_prefetch_plan;
+
+HYMT_INLINE hymt_prefetch_plan hymt_prefetch_tile(const uint8_t *w, size_t row_bytes, int64_t r, int64_t r1,
+                                                  int64_t steps) {
+    hymt_prefetch_plan p = {NULL, 0, 0};
+    int64_t a = r + 16 * HYMT_PREFETCH_TILES, e = a + 16 < r1 ? a + 16 : r1;
+    if (a >= e) return p;
+    p.next = w + a * row_bytes;
+    p.lines = ((e - a) * (int64_t)row_bytes + 63) / 64;
+    p.per = (p.lines + steps - 1) / steps;
+    return p;
+}
+
+HYMT_INLINE void hymt_prefetch_step(const hymt_prefetch_plan *p, int64_t step) {
+    int64_t l0 = step * p->per, l1 = l0 + p->per < p->lines ? l0 + p->per : p->lines;
+    for (int64_t l = l0; l < l1; l++) _mm_prefetch((const char *)(p->next + 64 * l), _MM_HINT_T0);
 }
 
 HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_row_offsets(size_t row_bytes) {
