@@ -477,10 +477,9 @@ class Model:
         cfg = self.config
         x = np.empty_like(hidden)  # [N, h]
         ops.rmsnorm(hidden, block.attn_norm, cfg.rms_epsilon, x, threads)
-        if self.float_path:
-            q, k, v = (self._matmul(w, x) for w in (block.wq, block.wk, block.wv))
-        else:
-            q, k, v = quant.qkv(block.wq, block.wk, block.wv, x)  # [N, H*D], [N, K*D], [N, K*D]
+        q, k, v = quant.qkv(
+            block.wq, block.wk, block.wv, x, float_path=self.float_path
+        )  # [N, H*D], [N, K*D] x2
         ops.qk_norm_rope(
             q, k, cfg.heads, cfg.kv_heads, positions, self.rope_freqs, block.q_norm, block.k_norm,
             cfg.rms_epsilon, self._norm_first, threads,
@@ -500,26 +499,22 @@ class Model:
         x = np.empty_like(hidden)  # [N, h]
         ops.rmsnorm(hidden, block.ffn_norm, self.config.rms_epsilon, x, threads)
         if isinstance(block.ffn, DenseFFN):
-            hidden += self._swiglu(block.ffn, x, threads)
+            hidden += self._swiglu(block.ffn, x)
         else:
-            hidden += self._moe(block.ffn, x, threads)
+            hidden += self._moe(block.ffn, x)
 
-    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, threads: int) -> np.ndarray:
-        if self.float_path:
-            gate, up = self._matmul(ffn.gate, x), self._matmul(ffn.up, x)
-            ops.silu_mul(gate, up, gate, threads)
-        else:
-            gate = quant.gate_up_silu(ffn.gate, ffn.up, x)  # [n, F]
+    def _swiglu(self, ffn: DenseFFN, x: np.ndarray) -> np.ndarray:
+        gate = quant.gate_up_silu(ffn.gate, ffn.up, x, float_path=self.float_path)  # [n, F]
         return self._matmul(ffn.down, gate)
 
-    def _moe(self, moe: MoEFFN, x: np.ndarray, threads: int) -> np.ndarray:
+    def _moe(self, moe: MoEFFN, x: np.ndarray) -> np.ndarray:
         """Shared expert plus routed experts; tokens grouped by expert so each expert is read once."""
         cfg = self.config
         router_logits = quant.matmul(moe.router, x, float_path=True)  # [N, E]
         selected, weights = ops.moe_route(
             router_logits, moe.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
         )  # [N, used] each
-        out = self._swiglu(moe.shared, x, threads)  # [N, h]: shared first, then experts ascending
+        out = self._swiglu(moe.shared, x)  # [N, h]: shared first, then experts ascending
         flat = selected.reshape(-1)
         order = np.argsort(flat, kind="stable")  # (token, slot) pairs grouped by expert, tokens ascending
         experts, first = np.unique(flat[order], return_index=True)
@@ -528,7 +523,7 @@ class Model:
         for j, expert in enumerate(experts.tolist()):
             pairs = order[bounds[j] : bounds[j + 1]]
             rows = pairs // cfg.experts_used
-            y = self._swiglu(moe.experts[expert], np.ascontiguousarray(x[rows]), threads)  # [r, h]
+            y = self._swiglu(moe.experts[expert], np.ascontiguousarray(x[rows]))  # [r, h]
             out[rows] += flat_weights[pairs][:, None] * y
         return out
 

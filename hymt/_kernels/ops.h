@@ -1,7 +1,7 @@
 /* ops.h — the non-matmul operations of a forward pass (REFERENCE.md §4.3, §4.4).
  *
- * RMSNorm over rows, NeoX split-half RoPE, causal grouped-query attention over a float32 KV cache,
- * SiLU·gate and the HyV3 sigmoid router. Every output element is computed by exactly one thread in a
+ * RMSNorm over rows, NeoX split-half RoPE, causal grouped-query attention over a float32 KV cache and
+ * the HyV3 sigmoid router. Every output element is computed by exactly one thread in a
  * fixed order, so results depend neither on the thread count nor on which other tokens share a call
  * (each token's values only read that token's inputs and the cache).
  *
@@ -139,12 +139,6 @@ static int hymt_attention(const float *q, const float *keys, const float *values
         free(scores);
     }
     return failed ? -1 : 0;
-}
-
-/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
-static void hymt_silu_mul(const float *gate, const float *up, float *out, int64_t count, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (count >= HYMT_OPS_PARALLEL_WORK)
-    for (int64_t i = 0; i < count; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
 static inline float hymt_sigmoid(float x) {

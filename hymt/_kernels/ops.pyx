@@ -20,7 +20,6 @@ cdef extern from "ops.h" nogil:
                            int norm_first, int threads)
     int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n, int64_t H,
                        int64_t K, int64_t D, float *out, int threads)
-    void hymt_silu_mul(const float *gate, const float *up, float *out, int64_t count, int threads)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
 
@@ -100,17 +99,6 @@ def attention(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] 
                                 &out[0, 0], threads)
     if status:
         raise MemoryError("attention scratch")
-
-
-def silu_mul(const float[:, ::1] gate, const float[:, ::1] up, float[:, ::1] out, int threads=1):
-    """out = silu(gate) * up elementwise."""
-    if gate.shape[0] != up.shape[0] or gate.shape[1] != up.shape[1] or out.shape[0] != gate.shape[0] \
-            or out.shape[1] != gate.shape[1]:
-        raise KernelError("silu_mul: shape mismatch")
-    if gate.shape[0] == 0 or gate.shape[1] == 0:
-        return
-    with nogil:
-        hymt_silu_mul(&gate[0, 0], &up[0, 0], &out[0, 0], gate.shape[0] * gate.shape[1], threads)
 
 
 def moe_route(const float[:, ::1] logits, const float[::1] bias, int used, bint normalize, float scale):

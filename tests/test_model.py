@@ -1,0 +1,418 @@
+"""hymt.model: configuration checks, sessions (§5, §12.6), graphs vs float64 (§12.5), batching, threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from model_reference import ReferenceModel, relative_l2
+
+import hymt
+from hymt import kernels
+from hymt.errors import HymtError, ModelError
+from hymt.gguf import GGUFFile, GGUFValueType, GGUFWriter
+from hymt.model import ModelConfig
+from hymt.synthetic import write_tiny_fixture
+
+VALUE_TYPES = {
+    np.dtype(np.uint8): GGUFValueType.UINT8,
+    np.dtype(np.int8): GGUFValueType.INT8,
+    np.dtype(np.uint16): GGUFValueType.UINT16,
+    np.dtype(np.int16): GGUFValueType.INT16,
+    np.dtype(np.uint32): GGUFValueType.UINT32,
+    np.dtype(np.int32): GGUFValueType.INT32,
+    np.dtype(np.float32): GGUFValueType.FLOAT32,
+    np.dtype(np.uint64): GGUFValueType.UINT64,
+    np.dtype(np.int64): GGUFValueType.INT64,
+    np.dtype(np.float64): GGUFValueType.FLOAT64,
+    np.dtype(np.bool_): GGUFValueType.BOOL,
+}
+
+
+def rewrite(src: Path, dst: Path, *, meta=None, drop=(), tensors=None) -> Path:
+    """Copy a GGUF, replacing metadata ``meta={key: (type, value)}`` / tensors ``{name: (dims, dtype, data)}``
+    (a None value drops the tensor), and dropping the metadata keys in ``drop``."""
+    meta, tensors = meta or {}, tensors or {}
+    with GGUFFile(src) as f:
+        writer = GGUFWriter(dst)
+        for key, value in f.metadata.items():
+            if key in drop or key in meta:
+                continue
+            kind = f.metadata_types[key]
+            if kind == GGUFValueType.ARRAY:
+                if isinstance(value, list):
+                    writer.add_array(key, value, GGUFValueType.STRING)
+                else:
+                    writer.add_array(key, value, VALUE_TYPES[value.dtype])
+            else:
+                writer.add_value(key, value, kind)
+        for key, (kind, value) in meta.items():
+            writer.add_value(key, value, kind)
+        for name, info in f.tensors.items():
+            if name in tensors:
+                if tensors[name] is not None:
+                    writer.add_tensor(name, *tensors[name])
+                continue
+            writer.add_tensor(name, info.dimensions, info.dtype, bytes(f.tensor(name).data))
+        writer.write()
+    return dst
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory) -> dict[tuple[bool, bool], Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return {
+        (moe, numeric): write_tiny_fixture(root / f"tiny-{moe}-{numeric}.gguf", moe, numeric)
+        for moe in (False, True)
+        for numeric in (False, True)
+    }
+
+
+@pytest.fixture(scope="module")
+def dense(fixtures) -> hymt.Model:
+    return hymt.load(fixtures[(False, True)])
+
+
+@pytest.fixture(scope="module")
+def moe(fixtures) -> hymt.Model:
+    return hymt.load(fixtures[(True, True)])
+
+
+# --- configuration ------------------------------------------------------------------------------------
+
+
+def test_config_of_tiny_fixtures(dense, moe):
+    assert dense.config.as_dict() == {
+        "architecture": "hunyuan-dense",
+        "context_length": 4096,
+        "head_dim": 2,
+        "heads": 2,
+        "hidden": 4,
+        "kv_heads": 1,
+        "layers": 1,
+        "rms_epsilon": 9.999999747378752e-06,
+        "rope_base": 10000.0,
+        "vocab_size": 260,
+    }
+    cfg = moe.config
+    assert (cfg.architecture, cfg.layers, cfg.heads, cfg.experts, cfg.experts_used) == ("hy_v3", 2, 4, 3, 2)
+    assert cfg.expert_weights_norm is True and abs(cfg.expert_weights_scale - 2.826) < 1e-6
+    assert dense.kv_bytes_per_token == 1 * 2 * 1 * 2 * 4
+    assert isinstance(dense.config, ModelConfig)
+
+
+U32, F32, STR = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
+D = "hunyuan-dense."
+
+
+@pytest.mark.parametrize(
+    ("meta", "drop", "message"),
+    [
+        ({"general.architecture": (STR, "llama")}, (), "unsupported model architecture llama"),
+        ({D + "block_count": (U32, 0)}, (), "invalid model dimensions"),
+        ({D + "block_count": (U32, 1025)}, (), "invalid model dimensions"),
+        ({D + "embedding_length": (U32, 0)}, (), "invalid model dimensions"),
+        ({D + "attention.head_count_kv": (U32, 0)}, (), "invalid grouped-query head counts"),
+        (
+            {D + "attention.head_count": (U32, 3), D + "attention.head_count_kv": (U32, 2)},
+            (),
+            "invalid grouped-query head counts",
+        ),
+        ({D + "attention.key_length": (U32, 3)}, (), "invalid RoPE head dimension"),
+        ({D + "attention.value_length": (U32, 4)}, (), "different key/value dimensions are not supported"),
+        ({D + "context_length": (U32, 0)}, (), "invalid context, RoPE, or RMS settings"),
+        ({D + "rope.freq_base": (F32, 0.0)}, (), "invalid context, RoPE, or RMS settings"),
+        ({D + "attention.layer_norm_rms_epsilon": (F32, 0.0)}, (), "invalid context, RoPE, or RMS settings"),
+        (
+            {D + "rope.scaling.type": (STR, "yarn")},
+            (),
+            "GGUF must contain an effective RoPE base with no extra scaling",
+        ),
+        ({D + "rope.dimension_count": (U32, 1)}, (), "partial rotary embeddings are not supported"),
+        ({}, (D + "attention.key_length",), f"missing or invalid integer metadata {D}attention.key_length"),
+    ],
+)
+def test_config_checks(fixtures, tmp_path, meta, drop, message):
+    path = rewrite(fixtures[(False, True)], tmp_path / "bad.gguf", meta=meta, drop=drop)
+    with pytest.raises(HymtError) as excinfo:
+        hymt.load(path)
+    assert str(excinfo.value) == message
+
+
+def test_config_accepts_explicit_none_scaling_and_full_rotary(fixtures, tmp_path):
+    meta = {D + "rope.scaling.type": (STR, "none"), D + "rope.dimension_count": (U32, 2)}
+    model = hymt.load(rewrite(fixtures[(False, True)], tmp_path / "ok.gguf", meta=meta))
+    assert model.config.head_dim == 2
+
+
+V = "hy_v3."
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        ({V + "expert_count": (U32, 0)}, "invalid expert dimensions"),
+        ({V + "expert_used_count": (U32, 4)}, "invalid expert dimensions"),
+        ({V + "expert_feed_forward_length": (U32, 0)}, "invalid expert dimensions"),
+        ({V + "expert_gating_func": (U32, 1)}, "HYV3 requires a sigmoid router"),
+        ({V + "expert_weights_scale": (F32, 0.0)}, "invalid expert weight scale"),
+    ],
+)
+def test_moe_config_checks(fixtures, tmp_path, meta, message):
+    path = rewrite(fixtures[(True, True)], tmp_path / "bad.gguf", meta=meta)
+    with pytest.raises(ModelError, match=f"^{message}$"):
+        hymt.load(path)
+
+
+def f32(*dims: int, value: float = 0.5) -> tuple:
+    return (list(dims), "F32", np.full(int(np.prod(dims)), value, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("moe_model", "tensors", "message"),
+    [
+        (
+            False,
+            {"blk.0.attn_q.weight": f32(4, 2)},
+            "blk.0.attn_q.weight: expected GGUF shape [4, 4], got [4, 2]",
+        ),
+        (False, {"output_norm.weight": f32(5)}, "output_norm.weight: expected GGUF shape [4], got [5]"),
+        (
+            False,
+            {"blk.0.attn_norm.weight": f32(4, value=np.inf)},
+            "non-finite normalization/router tensor blk.0.attn_norm.weight",
+        ),
+        (False, {"blk.0.ffn_up.weight": None}, "missing tensor blk.0.ffn_up.weight"),
+        (True, {"output.weight": None}, "HYV3 requires separate output weights"),
+        (
+            True,
+            {"blk.1.exp_probs_b": f32(3, value=np.nan)},
+            "non-finite normalization/router tensor blk.1.exp_probs_b",
+        ),
+        (
+            True,
+            {"blk.1.ffn_gate_inp.weight": ([4, 3], "F16", np.zeros(12, np.float16))},
+            "HYV3 router must use F32",
+        ),
+        (
+            True,
+            {"blk.1.ffn_down_exps.weight": f32(4, 4, 2)},
+            "blk.1.ffn_down_exps.weight: expected GGUF shape [4, 4, 3], got [4, 4, 2]",
+        ),
+    ],
+)
+def test_tensor_checks(fixtures, tmp_path, moe_model, tensors, message):
+    path = rewrite(fixtures[(moe_model, True)], tmp_path / "bad.gguf", tensors=tensors)
+    with pytest.raises(HymtError) as excinfo:
+        hymt.load(path)
+    assert str(excinfo.value) == message
+
+
+def test_dense_without_output_uses_tied_embeddings(fixtures, tmp_path):
+    path = rewrite(fixtures[(False, True)], tmp_path / "tied.gguf", tensors={"output.weight": None})
+    model = hymt.load(path)
+    assert model.output is model.token_embd
+    ref = ReferenceModel(path)
+    logits = model.forward(model.new_session(16), [65, 66, 67])
+    assert relative_l2(logits, ref.logits([65, 66, 67])[-1]) < 1e-5
+    ref.close()
+
+
+def test_non_finite_logits_error(fixtures, tmp_path):
+    path = rewrite(
+        fixtures[(False, True)], tmp_path / "nan.gguf", tensors={"output.weight": f32(4, 260, value=np.nan)}
+    )
+    model = hymt.load(path)
+    session = model.new_session(8)
+    with pytest.raises(
+        ModelError, match="^model produced non-finite logits; check model format and weights$"
+    ):
+        model.forward(session, [1])
+    assert session.poisoned and session.position == 0
+    with pytest.raises(ModelError, match="^session was invalidated by a failed forward$"):
+        model.forward(session, [1])
+
+
+# --- graphs vs float64 (§12.5) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("moe_model", [False, True])
+def test_tiny_numeric_matches_float64(fixtures, moe_model):
+    path = fixtures[(moe_model, True)]
+    model, ref = hymt.load(path), ReferenceModel(path)
+    tokens = list(range(65, 85))
+    expected = ref.logits(tokens)
+    session = model.new_session(64)
+    logits = model.forward(session, tokens[:12])
+    assert np.abs(logits - expected[11]).max() < 1e-5
+    for i in range(12, 20):  # teacher-forced decode steps
+        logits = model.forward(session, [tokens[i]])
+        assert np.abs(logits - expected[i]).max() < 1e-5
+        assert int(np.argmax(logits)) == int(np.argmax(expected[i]))
+    ref.close()
+
+
+def test_non_numeric_model_emits_a(fixtures):
+    for moe_model in (False, True):
+        model = hymt.load(fixtures[(moe_model, False)])
+        logits = model.forward(model.new_session(8), [256, 257, 65])
+        assert int(np.argmax(logits)) == 97
+
+
+# --- sessions (§5, §12.6) -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("moe_model", [False, True])
+def test_chunked_prefill_equals_one_forward(fixtures, moe_model):
+    model = hymt.load(fixtures[(moe_model, True)])
+    tokens = list(range(65, 85))
+    full = model.forward(model.new_session(64), tokens)
+    for chunk in (1, 3, 8, 13):
+        session = model.new_session(64)
+        for start in range(0, 20, chunk):
+            logits = model.forward(session, tokens[start : start + chunk])
+        assert session.position == 20
+        assert np.abs(logits - full).max() <= 2e-5
+
+
+def test_sessions_are_isolated(dense, fixtures):
+    first = dense.forward(dense.new_session(64), [65, 66, 67])
+    other = dense.new_session(64)
+    dense.forward(other, [70, 71, 72, 73])
+    dense.forward(other, [74])
+    again = dense.forward(dense.new_session(64), [65, 66, 67])
+    np.testing.assert_array_equal(first, again)
+    twin = hymt.load(fixtures[(False, True)])
+    foreign = twin.new_session(64)
+    with pytest.raises(ModelError, match="^session belongs to a different model$"):
+        dense.forward(foreign, [65])
+    assert not foreign.poisoned and foreign.position == 0
+
+
+def test_context_two_session(dense):
+    calls = []
+    session = dense.new_session(2, cancel=lambda: bool(calls))
+    calls.append(1)
+    with pytest.raises(ModelError, match="^request cancelled$"):
+        dense.forward(session, [1])
+    assert session.position == 0 and not session.poisoned
+    calls.clear()
+    with pytest.raises(ModelError, match="^context limit exceeded$"):
+        dense.forward(session, [1, 2, 3])
+    with pytest.raises(ModelError, match="^input token outside vocabulary$"):
+        dense.forward(session, [999])
+    dense.forward(session, [1, 2])
+    assert session.position == 2
+    with pytest.raises(ModelError, match="^context limit exceeded$"):
+        dense.forward(session, [3])
+
+
+def test_session_checks_in_order(dense):
+    with pytest.raises(ModelError, match="^context must be between 1 and 4096$"):
+        dense.new_session(0)
+    with pytest.raises(ModelError, match="^context must be between 1 and 4096$"):
+        dense.new_session(4097)
+    session = dense.new_session(300)
+    with pytest.raises(ModelError, match=r"^forward expects 1..=256 tokens$"):
+        dense.forward(session, [])
+    with pytest.raises(ModelError, match=r"^forward expects 1..=256 tokens$"):
+        dense.forward(session, [1] * 257)
+    with pytest.raises(ModelError, match="^input token outside vocabulary$"):
+        dense.forward(session, [-1])
+    session.poisoned = True  # poisoned wins over every later check
+    with pytest.raises(ModelError, match="^session was invalidated by a failed forward$"):
+        dense.forward(session, [999])
+    with pytest.raises(ModelError, match="^prompt must contain at least one token$"):
+        dense.prefill(dense.new_session(8), [])
+    with pytest.raises(ModelError, match="^prompt exceeds context limit$"):
+        dense.prefill(dense.new_session(8), [1] * 9)
+
+
+def test_cancel_mid_forward_keeps_position(moe):
+    checks = []
+
+    def cancel() -> bool:
+        checks.append(1)
+        return len(checks) > 2  # passes the pre-checks and the first layer, then cancels
+
+    session = moe.new_session(16, cancel=cancel)
+    with pytest.raises(ModelError, match="^request cancelled$"):
+        moe.forward(session, [65, 66])
+    assert session.position == 0 and not session.poisoned
+    checks.clear()
+    session._cancel = None
+    reference = moe.forward(moe.new_session(16), [65, 66])
+    np.testing.assert_array_equal(moe.forward(session, [65, 66]), reference)
+
+
+def test_kv_cache_grows_in_steps_of_256(dense):
+    session = dense.new_session(600)
+    assert session.capacity == 0
+    dense.forward(session, [1])
+    assert session.capacity == 256
+    dense.prefill(session, [2] * 300)
+    assert session.capacity == 512 and session.position == 301
+    dense.prefill(session, [3] * 299)
+    assert session.capacity == 600 and session.position == 600
+
+
+def test_prefill_chunks_long_prompts(dense):
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, 256, 600)]
+    a = dense.prefill(dense.new_session(700), tokens)
+    session = dense.new_session(700)
+    for start in (0, 256, 512):
+        b = dense.forward(session, tokens[start : start + 256])
+    np.testing.assert_array_equal(a, b)
+
+
+# --- batching and threads -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("moe_model", [False, True])
+def test_batched_forward_equals_solo(fixtures, moe_model):
+    model = hymt.load(fixtures[(moe_model, True)])
+    prompts = [[65, 66, 67], [70, 71], [80, 81, 82, 83, 84]]
+    solo_sessions = [model.new_session(32) for _ in prompts]
+    batch_sessions = [model.new_session(32) for _ in prompts]
+    for sessions_list in (solo_sessions, batch_sessions):
+        model.forward(sessions_list[0], prompts[0])  # sessions start at different positions
+    solo = [model.forward(s, p) for s, p in zip(solo_sessions, prompts, strict=True)]
+    batched = model.forward(list(zip(batch_sessions, prompts, strict=True)))
+    for a, b in zip(solo, batched, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert [s.position for s in batch_sessions] == [6, 2, 5]
+
+
+def test_batch_cancellation_drops_only_that_session(moe):
+    flag = []
+    a, b = moe.new_session(32), moe.new_session(32, cancel=lambda: bool(flag))
+    expected = moe.forward(moe.new_session(32), [65, 66])
+    flag.append(1)
+    out = moe.forward([(a, [65, 66]), (b, [70])])
+    assert out[1] is None and b.position == 0 and not b.poisoned
+    np.testing.assert_array_equal(out[0], expected)
+    with pytest.raises(ModelError, match="^a session may appear only once in a batch$"):
+        moe.forward([(a, [1]), (a, [2])])
+
+
+def test_batch_check_failure_leaves_sessions_usable(dense):
+    a, b = dense.new_session(4), dense.new_session(4)
+    with pytest.raises(ModelError, match="^input token outside vocabulary$"):
+        dense.forward([(a, [1]), (b, [999])])
+    assert a.position == b.position == 0 and not a.poisoned and not b.poisoned
+
+
+def test_thread_count_does_not_change_logits(fixtures):
+    model = hymt.load(fixtures[(True, True)])
+    tokens = list(range(65, 85))
+    previous = kernels.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 4):
+            kernels.set_num_threads(threads)
+            results.append(model.forward(model.new_session(32), tokens))
+    finally:
+        kernels.set_num_threads(previous)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
