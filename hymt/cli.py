@@ -81,7 +81,9 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
         print(f"error: {exc}", file=sys.stderr)
         code = 1
     except OSError as exc:
-        print(f"error: {exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr)
+        print(
+            f"error: {exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}", file=sys.stderr
+        )
         code = 1
     except KeyboardInterrupt:
         code = 130
