@@ -21,6 +21,7 @@ from hymt.synthetic import (
     build_vocabulary,
     ensure_synthetic_model,
     random_blocks,
+    random_floats,
     tensor_dtype,
     tensor_specs,
     write_synthetic_model,
@@ -366,6 +367,15 @@ def test_random_code_blocks_decode_to_target_scale(dtype):
     values = dequantize(raw, gtype[dtype]).astype(np.float64)
     assert values.std() == pytest.approx(0.0125, rel=0.1)
     assert abs(values.mean()) < 0.0125 * 0.05
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_random_floats_are_near_gaussian(dtype):
+    raw = random_floats(dtype, 200_000, 0.03, np.random.default_rng(2))
+    values = raw.view({"F32": "<f4", "F16": "<f2"}[dtype]).astype(np.float64)
+    assert values.std() == pytest.approx(0.03, rel=0.02) and abs(values.mean()) < 0.001
+    assert np.mean(np.abs(values) < 0.03) == pytest.approx(0.6827, abs=0.01)  # one-sigma mass
+    assert len(np.unique(values)) > 10_000
 
 
 def test_random_stq1_blocks_follow_codebook_statistics():
