@@ -9,8 +9,10 @@
 #include "hymt_common.h"
 
 /* Quantize one group of 256 floats. scale = max/127 and inverse = 127/max are each one float32
- * division; q = round-half-to-even(x * inverse) (nearbyintf under the default rounding mode). */
-static inline void hymt_quantize_group_q8g(const float *x, hymt_q8g *g) {
+ * division; q = round-half-to-even(x * inverse) (nearbyintf under the default rounding mode), NaN
+ * products count as 0. Every step is exact or a single rounding, so the SIMD variants below give
+ * bit-identical groups; hymt_quantize_group_q8g picks one by hymt_active_isa. */
+static void hymt_quantize_group_q8g_scalar(const float *x, hymt_q8g *g) {
     float amax = 0.0f;
     for (int i = 0; i < HYMT_Q8G_SIZE; i++) {
         float a = fabsf(x[i]);
@@ -23,7 +25,8 @@ static inline void hymt_quantize_group_q8g(const float *x, hymt_q8g *g) {
         int32_t s = 0;
         for (int i = 16 * k; i < 16 * k + 16; i++) {
             float v = nearbyintf(x[i] * inverse);
-            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            /* A subnormal max makes inverse = inf: 0 × inf is NaN, which counts as 0. */
+            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : (v == v ? v : 0.0f));
             g->qs[i] = (int8_t)v;
             s += g->qs[i];
         }
@@ -32,6 +35,82 @@ static inline void hymt_quantize_group_q8g(const float *x, hymt_q8g *g) {
     }
     g->sum = total;
     memset(g->pad, 0, sizeof g->pad);
+}
+
+#if defined(HYMT_X86)
+HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hymt_q8g *g) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < HYMT_Q8G_SIZE; i += 16) /* max(a, m) keeps m when a is NaN, like the scalar */
+        m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m);
+    float amax = _mm512_reduce_max_ps(m);
+    float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
+    const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    int32_t total = 0;
+    for (int k = 0; k < 16; k++) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), inv);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); /* NaN -> 0 */
+        __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        _mm_storeu_si128((__m128i *)(g->qs + 16 * k), _mm512_cvtepi32_epi8(q));
+        int32_t s = _mm512_reduce_add_epi32(q);
+        g->bsums[k] = (int16_t)s;
+        total += s;
+    }
+    g->sum = total;
+    memset(g->pad, 0, sizeof g->pad);
+}
+
+HYMT_TARGET_AVX2 static void hymt_quantize_group_q8g_avx2(const float *x, hymt_q8g *g) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < HYMT_Q8G_SIZE; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
+    const __m256 inv = _mm256_set1_ps(inverse), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    int32_t total = 0;
+    for (int k = 0; k < 16; k++) {
+        __m256i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 16 * k + 8 * h), inv);
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
+            q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+        }
+        /* 16 int32 -> 16 int8 in order: packs interleave 128-bit lanes, the permute undoes it */
+        __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8);
+        __m128i b8 = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+        _mm_storeu_si128((__m128i *)(g->qs + 16 * k), b8);
+        __m256i s8 = _mm256_add_epi32(q[0], q[1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        int32_t s = _mm_cvtsi128_si32(s4);
+        g->bsums[k] = (int16_t)s;
+        total += s;
+    }
+    g->sum = total;
+    memset(g->pad, 0, sizeof g->pad);
+}
+#endif
+
+static inline void hymt_quantize_group_q8g(const float *x, hymt_q8g *g) {
+#if defined(HYMT_X86)
+    if (hymt_active_isa == HYMT_ISA_AVX512) {
+        hymt_quantize_group_q8g_avx512(x, g);
+        return;
+    }
+    if (hymt_active_isa == HYMT_ISA_AVX2) {
+        hymt_quantize_group_q8g_avx2(x, g);
+        return;
+    }
+#endif
+    hymt_quantize_group_q8g_scalar(x, g);
 }
 
 static inline size_t hymt_act_stride_q8g(int64_t cols) {

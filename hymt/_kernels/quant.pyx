@@ -28,6 +28,14 @@ cdef extern from "formats.h" nogil:
     int hymt_active_isa
     int HYMT_ISA_SCALAR, HYMT_ISA_AVX2, HYMT_ISA_AVX512, HYMT_ISA_NEON
 
+cdef extern from "act_q8g.h" nogil:
+    ctypedef struct hymt_q8g:
+        signed char qs[256]
+        short bsums[16]
+        float d
+        int sum
+    void hymt_quantize_group_q8g(const float *x, hymt_q8g *g)
+
 cdef extern from "cpu.h" nogil:
     ctypedef struct hymt_cpu_features:
         int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, neon, dotprod
@@ -264,6 +272,29 @@ def gate_up_silu(tuple gate, tuple up, const float[:, ::1] x, float[:, ::1] out,
         status = hymt_matmul_gate_up_silu(fg, &wg[0], fu, &wu[0], F, cols, &x[0, 0], n, &out[0, 0], float_path)
     if status != 0:
         raise MemoryError("kernel scratch allocation failed")
+
+
+def quantize_q8g(const float[::1] x, signed char[:, ::1] qs, short[:, ::1] bsums, float[::1] d,
+                 int[::1] sums):
+    """The §3.4 int8 activation groups of x (len a multiple of 256): qs [G, 256], bsums [G, 16], d [G],
+    sums [G] — exactly what the int8 GEMMs consume."""
+    cdef int64_t groups = x.shape[0] // 256
+    if x.shape[0] % 256 != 0:
+        raise KernelError("activation length must be a multiple of 256")
+    if qs.shape[0] != groups or qs.shape[1] != 256 or bsums.shape[0] != groups or bsums.shape[1] != 16 \
+            or d.shape[0] != groups or sums.shape[0] != groups:
+        raise KernelError("quantize_q8g: invalid output arrays")
+    cdef hymt_q8g g
+    cdef int64_t b
+    cdef int i
+    for b in range(groups):
+        hymt_quantize_group_q8g(&x[256 * b], &g)
+        for i in range(256):
+            qs[b, i] = g.qs[i]
+        for i in range(16):
+            bsums[b, i] = g.bsums[i]
+        d[b] = g.d
+        sums[b] = g.sum
 
 
 # ---- vectors and benchmarks ------------------------------------------------------------------------
