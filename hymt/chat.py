@@ -350,13 +350,15 @@ def _literal_chars(node: nodes.Node) -> int:
     return total
 
 
+def _hook(name: str, args: list[nodes.Expr], lineno: int | None = None) -> nodes.Call:
+    """A call of `environment.<name>(*args)`, compiled as a direct call (see visit_Call below)."""
+    return nodes.Call(nodes.EnvironmentAttribute(name), args, [], None, None, lineno=lineno)
+
+
 def _charge_statement(body: list[nodes.Node], lineno: int) -> nodes.ExprStmt:
-    """`environment.hymt_enter(steps, chars)`: charged on every execution of `body`."""
+    """Charged on every execution of `body`: one step plus the template text the body emits."""
     chars = sum(_literal_chars(n) for n in body)
-    call = nodes.Call(
-        nodes.EnvironmentAttribute("hymt_enter"), [nodes.Const(chars)], [], None, None, lineno=lineno
-    )
-    return nodes.ExprStmt(call, lineno=lineno)
+    return nodes.ExprStmt(_hook("hymt_enter", [nodes.Const(chars)], lineno), lineno=lineno)
 
 
 class _Instrument(NodeTransformer):
@@ -366,8 +368,9 @@ class _Instrument(NodeTransformer):
         self.generic_visit(node)
         node.body.insert(0, _charge_statement(node.body, node.lineno))
         if node.test is not None:
-            check = nodes.Call(nodes.EnvironmentAttribute("hymt_enter"), [nodes.Const(0)], [], None, None)
-            node.test = nodes.And(nodes.Not(check), node.test, lineno=node.lineno)  # hymt_enter returns None
+            # hymt_enter returns None, so `not hymt_enter(0) and test` is the test.
+            check = nodes.Not(_hook("hymt_enter", [nodes.Const(0)]))
+            node.test = nodes.And(check, node.test, lineno=node.lineno)
         return node
 
     def visit_Macro(self, node: nodes.Macro) -> nodes.Node:
@@ -382,15 +385,25 @@ class _Instrument(NodeTransformer):
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
-        return nodes.Call(
-            nodes.EnvironmentAttribute("hymt_concat"), node.nodes, [], None, None, lineno=node.lineno
-        )
+        return _hook("hymt_concat", node.nodes, node.lineno)
 
 
 class _InstrumentingCodeGenerator(CodeGenerator):
     def visit_Template(self, node: nodes.Template, frame: Any = None) -> None:
         _Instrument().visit(node)
         super().visit_Template(node, frame)
+
+    def visit_Call(self, node: nodes.Call, frame: Any, **kwargs: Any) -> None:
+        # The budget hooks are called directly rather than through the sandbox's call(): they run on every
+        # loop iteration. Templates cannot name them (EnvironmentAttribute nodes come only from here).
+        if isinstance(node.node, nodes.EnvironmentAttribute) and node.node.name.startswith("hymt_"):
+            self.write(f"environment.{node.node.name}(")
+            for index, arg in enumerate(node.args):
+                self.write(", " if index else "")
+                self.visit(arg, frame)
+            self.write(")")
+            return
+        super().visit_Call(node, frame, **kwargs)
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
