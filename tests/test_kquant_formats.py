@@ -1,0 +1,335 @@
+"""Q4_K and Q6_K: decoders and matrix products (REFERENCE.md §2.3, §2.4, §3.4, §3.6, §12.3, §12.4).
+
+References are independent of the code under test: the ``gguf`` package's numpy decoders, float64
+numpy products, and the activation quantization of §3.4 written out in numpy here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+import hymt.kernels as kernels
+import hymt.quant as quant
+from hymt.errors import KernelError
+from hymt.gguf import GGUFFile, GGUFWriter
+
+BLOCK_BYTES = {"Q4_K": 144, "Q6_K": 210}
+GGML_TYPE = {"Q4_K": GGMLQuantizationType.Q4_K, "Q6_K": GGMLQuantizationType.Q6_K}
+# byte offsets of the fp16 scales in a block: Q4_K d, dmin; Q6_K d (at the end)
+SCALE_OFFSETS = {"Q4_K": (0, 2), "Q6_K": (208,)}
+FORMATS = ("Q4_K", "Q6_K")
+ISAS = kernels.supported_isas()
+SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
+
+
+@dataclass(frozen=True)
+class PackedMatrix:
+    """The attributes ``hymt.quant`` reads from a GGUFTensor (dims ``[cols, rows]``)."""
+
+    name: str
+    dtype: str
+    dimensions: tuple[int, int]
+    data: np.ndarray
+
+
+def fp16_bytes(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def random_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> PackedMatrix:
+    """Random codes and sub-scales with finite, realistic fp16 scales (signs of both kinds)."""
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, BLOCK_BYTES[dtype]), dtype=np.uint8)
+    for offset in SCALE_OFFSETS[dtype]:
+        scale = rng.uniform(1e-3, 2e-2, size=blocks.shape[0]) * rng.choice([-1.0, 1.0], size=blocks.shape[0])
+        blocks[:, offset : offset + 2] = fp16_bytes(scale)
+    return PackedMatrix(f"blk.0.{dtype.lower()}", dtype, (cols, rows), blocks.reshape(-1))
+
+
+def reference_weights(w: PackedMatrix) -> np.ndarray:
+    """(rows, cols) float64 of the gguf package's decoder."""
+    cols, rows = w.dimensions
+    blocks = w.data.reshape(-1, BLOCK_BYTES[w.dtype])
+    return gguf_dequantize(blocks, GGML_TYPE[w.dtype]).reshape(rows, cols).astype(np.float64)
+
+
+def activations(n: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    x[:, ::97] *= 30.0  # outliers set the group scales
+    if n > 1 and cols > 256:
+        x[1, 256:512] = 0.0  # an all-zero group: scale 0, all q = 0
+    return x
+
+
+def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """§3.4 in numpy: per group of 256, q = round_half_even(x × 127/max) clamped, scale = max/127."""
+    n, cols = x.shape
+    groups = x.reshape(n, cols // 256, 256)
+    amax = np.abs(groups).max(axis=2, keepdims=True)
+    safe = np.where(amax > 0, amax, np.float32(1))
+    inverse = np.where(amax > 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
+    scale = np.where(amax > 0, safe / np.float32(127), np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(groups * inverse), -127, 127)
+    return q.reshape(n, cols), scale[:, :, 0]
+
+
+def int8_reference(wf: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value, Σ|terms|) in float64 of Σ_i w_i · q_i · s_group(i), from the same int8 activations."""
+    q, scale = quantize_int8(x)
+    xq = q * np.repeat(scale.astype(np.float64), 256, axis=1)  # (n, cols) float64, exact products
+    return xq @ wf.T, np.abs(xq) @ np.abs(wf).T
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def matmul_isa(isa: str, w: PackedMatrix, x: np.ndarray, **kwargs: bool) -> np.ndarray:
+    with kernels.use_isa(isa):
+        return quant.matmul(w, x, **kwargs)
+
+
+# ---- decoders -------------------------------------------------------------------------------------
+
+SPECIAL_HALVES = np.array(
+    [
+        0x0000,
+        0x8000,
+        0x3C00,
+        0xBC00,
+        0x0001,
+        0x8001,
+        0x0200,
+        0x03FF,
+        0x0400,
+        0x7BFF,
+        0xFBFF,
+        0x7C00,
+        0xFC00,
+        0x7E00,
+        0x7C01,
+        0xFE00,
+        0x2000,
+        0xA000,
+    ],
+    dtype=np.uint16,
+)  # ±0, ±1, subnormals, min normal, ±65504, ±inf, quiet/signalling NaN, ±2^-7
+
+
+def assert_same_floats(ours: np.ndarray, ref: np.ndarray) -> None:
+    """Bit-identical, NaN positions identical (NaN payloads are not part of the contract)."""
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    nan = np.isnan(ref)
+    np.testing.assert_array_equal(np.isnan(ours), nan)
+    mismatch = np.flatnonzero(bits(ours)[~nan] != bits(ref)[~nan])
+    assert mismatch.size == 0, f"{mismatch.size} values differ, first at {mismatch[0]}"
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_decoder_matches_gguf_on_random_and_special_blocks(dtype: str) -> None:
+    rng = np.random.default_rng(12)
+    nblocks = 4000
+    blocks = rng.integers(0, 256, size=(nblocks, BLOCK_BYTES[dtype]), dtype=np.uint8)  # random halves too
+    for k, offset in enumerate(SCALE_OFFSETS[dtype]):
+        special = np.resize(np.roll(SPECIAL_HALVES, k), 1000)
+        blocks[:1000, offset : offset + 2] = special.view(np.uint8).reshape(-1, 2)
+        scaled = rng.uniform(-4.0, 4.0, size=1000) * 10.0 ** rng.integers(-7, 5, size=1000)
+        blocks[1000:2000, offset : offset + 2] = fp16_bytes(scaled)  # zero, negative, subnormal, huge
+    with np.errstate(all="ignore"):
+        ref = gguf_dequantize(blocks, GGML_TYPE[dtype]).reshape(-1).astype(np.float32)
+    ours = quant.dequantize(dtype, blocks.reshape(-1))
+    assert_same_floats(ours, ref)
+    assert np.isnan(ref).any() and np.isinf(ref).any()  # the special scales were exercised
+    assert_same_floats(quant.dequantize(dtype, blocks.tobytes()), ref)
+
+
+def check_value_input(dtype: str) -> np.ndarray:
+    """§12.3 recipe: byte i of block b = (i·37 + b·79 + 11) % 256, then the fp16 scales."""
+    i = np.arange(BLOCK_BYTES[dtype])
+    blocks = np.stack([(i * 37 + b * 79 + 11) % 256 for b in range(3)]).astype(np.uint8)
+    blocks[:, SCALE_OFFSETS[dtype][0] : SCALE_OFFSETS[dtype][0] + 2] = fp16_bytes(
+        np.array([0.03125, -1.5, 0.0])
+    )
+    if dtype == "Q4_K":
+        blocks[:, 2:4] = fp16_bytes(np.full(3, 0.0625))
+    return blocks
+
+
+@pytest.mark.parametrize(
+    ("dtype", "sha256", "first"),
+    [
+        (
+            "Q4_K",
+            "2a4b29f09eece87516748ea912b1909ed060d49d90b5b8b402856426d93428d4",
+            [7.46875, -3.1875, 1.65625, 6.5],
+        ),
+        (
+            "Q6_K",
+            "a2dd2896bbccdda55d24aec3d7e62246f77cb87d1c20d885e315bdbeeb2c7a87",
+            [-44.71875, 53.0, 18.21875, -16.5625],
+        ),
+    ],
+)
+def test_decoder_check_values(dtype: str, sha256: str, first: list[float]) -> None:
+    blocks = check_value_input(dtype)
+    ours = quant.dequantize(dtype, blocks.reshape(-1))
+    assert ours.size == 768
+    assert ours[: len(first)].tolist() == first
+    assert hashlib.sha256(ours.astype("<f4").tobytes()).hexdigest() == sha256
+    assert_same_floats(ours, gguf_dequantize(blocks, GGML_TYPE[dtype]).reshape(-1))
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_decoder_rejects_partial_blocks(dtype: str) -> None:
+    with pytest.raises(KernelError, match=f"wrong {dtype} byte count"):
+        quant.dequantize(dtype, np.zeros(BLOCK_BYTES[dtype] + 1, dtype=np.uint8))
+    with pytest.raises(KernelError, match=f"partial {dtype} output block"):
+        quant.decode(dtype, np.zeros(BLOCK_BYTES[dtype], dtype=np.uint8), np.empty(255, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_decode_rows_matches_gguf(dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    w = random_weight(dtype, 37, 512, rng)
+    rows = [36, 0, 5, 5]
+    ours = quant.decode_rows(w, rows)
+    assert_same_floats(ours, reference_weights(w)[rows].astype(np.float32))
+    with pytest.raises(KernelError, match=r"row 37 out of range"):
+        quant.decode_rows(w, [37])
+
+
+# ---- int8 products ----------------------------------------------------------------------------------
+
+# (cols, rows, n): every value of issue 3's grid (cols 256/512/2048/6144, rows 1/7/64/2049,
+# n 1/2/3/7/16/17/64/256) appears; the large combinations are sampled so the scalar reference stays cheap.
+SHAPES = [
+    (256, 1, 1),
+    (256, 2049, 64),
+    (256, 7, 256),
+    (512, 64, 17),
+    (512, 2049, 3),
+    (512, 1, 256),
+    (2048, 7, 16),
+    (2048, 64, 7),
+    (2048, 2049, 1),
+    (2048, 1, 2),
+    (6144, 64, 2),
+    (6144, 7, 17),
+    (6144, 2049, 1),
+    (6144, 1, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize(("cols", "rows", "n"), SHAPES)
+def test_int8_product_every_isa_equals_scalar_and_float64(dtype: str, cols: int, rows: int, n: int) -> None:
+    rng = np.random.default_rng(cols * 7919 + rows * 31 + n)
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(n, cols, rng)
+    reference = matmul_isa("scalar", w, x)
+    assert reference.shape == (n, rows) and reference.dtype == np.float32
+    value, magnitude = int8_reference(reference_weights(w), x)
+    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+    for isa in SIMD_ISAS:
+        np.testing.assert_array_equal(bits(matmul_isa(isa, w, x)), bits(reference), err_msg=isa)
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_int8_product_extreme_codes_and_scales(dtype: str) -> None:
+    """All-max / all-min codes and sub-scales with full-range activations: integer sums stay exact."""
+    rng = np.random.default_rng(5)
+    rows, cols = 16, 2048
+    blocks = np.empty((rows * cols // 256, BLOCK_BYTES[dtype]), dtype=np.uint8)
+    blocks[: len(blocks) // 2] = 0xFF
+    blocks[len(blocks) // 2 :] = rng.choice(
+        np.array([0x00, 0x80, 0x7F], dtype=np.uint8), size=blocks[len(blocks) // 2 :].shape
+    )
+    for offset in SCALE_OFFSETS[dtype]:
+        blocks[:, offset : offset + 2] = fp16_bytes(np.full(len(blocks), 0.5))
+    w = PackedMatrix("extreme", dtype, (cols, rows), blocks.reshape(-1))
+    x = np.where(rng.random((5, cols)) < 0.5, -1.0, 1.0).astype(np.float32)  # every q = ±127
+    reference = matmul_isa("scalar", w, x)
+    value, magnitude = int8_reference(reference_weights(w), x)
+    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+    for isa in SIMD_ISAS:
+        np.testing.assert_array_equal(bits(matmul_isa(isa, w, x)), bits(reference), err_msg=isa)
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize("isa", ISAS)
+def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: str) -> None:
+    rng = np.random.default_rng(11)
+    rows, cols, n = 2049, 512, 19
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(n, cols, rng)
+    previous = kernels.get_num_threads()
+    try:
+        with kernels.use_isa(isa):
+            kernels.set_num_threads(2)
+            full = quant.matmul(w, x)
+            for t in (0, 1, 7, 18):
+                np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
+            subset = [18, 3, 1, 16, 17]
+            np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
+            for threads in (1, 4):
+                kernels.set_num_threads(threads)
+                np.testing.assert_array_equal(bits(quant.matmul(w, x)), bits(full))
+    finally:
+        kernels.set_num_threads(previous)
+
+
+# ---- float32 path -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize("isa", ISAS)
+def test_float_path_matches_float64(dtype: str, isa: str) -> None:
+    rng = np.random.default_rng(21)
+    rows, cols = 64, 2048  # 512 blocks
+    w = random_weight(dtype, rows, cols, rng)
+    wf = reference_weights(w)
+    x = np.stack([np.sin(0.17 * np.arange(cols)), rng.standard_normal(cols)]).astype(np.float32)
+    ours = matmul_isa(isa, w, x, float_path=True)
+    ref = x.astype(np.float64) @ wf.T
+    assert np.all(np.abs(ours - ref) <= 1e-3 + 1e-4 * np.abs(ref))
+
+
+def test_kquant_tensors_from_a_gguf_file(tmp_path) -> None:
+    """The same products through hymt.gguf's writer and reader (tensor views of the mapped file)."""
+    rng = np.random.default_rng(8)
+    weights = {dtype: random_weight(dtype, 9, 768, rng) for dtype in FORMATS}
+    path = tmp_path / "kquant.gguf"
+    writer = GGUFWriter(path)
+    for dtype, w in weights.items():
+        writer.add_tensor(w.name, list(w.dimensions), dtype, w.data)
+    writer.write()
+    x = activations(3, 768, rng)
+    with GGUFFile(path) as f:
+        for dtype, w in weights.items():
+            tensor = f.tensor(w.name)
+            assert tensor.dtype == dtype
+            np.testing.assert_array_equal(bits(quant.matmul(tensor, x)), bits(quant.matmul(w, x)))
+
+
+def test_head_shaped_q6_k_gemv() -> None:
+    """The tied output head of the 1.8B models (120818 × 2048 Q6_K) at n = 1 vs float64."""
+    rng = np.random.default_rng(120818)
+    rows, cols = 120818, 2048
+    w = random_weight("Q6_K", rows, cols, rng)
+    x = activations(1, cols, rng)
+    ours = quant.matmul(w, x[0])
+    assert ours.shape == (rows,)
+    assert np.isfinite(ours).all()
+    # float64 reference on every 8th row and the last rows (decoding all 247M weights in numpy is slow)
+    check = np.unique(np.concatenate([np.arange(0, rows, 8), np.arange(rows - 17, rows)]))
+    blocks = w.data.reshape(rows, cols // 256 * BLOCK_BYTES["Q6_K"])[check].reshape(-1, BLOCK_BYTES["Q6_K"])
+    wf = gguf_dequantize(blocks, GGMLQuantizationType.Q6_K).reshape(-1, cols).astype(np.float64)
+    q, scale = quantize_int8(x)
+    xq = (q * np.repeat(scale.astype(np.float64), 256, axis=1))[0]
+    value, magnitude = wf @ xq, np.abs(wf) @ np.abs(xq)
+    assert np.all(np.abs(ours[check] - value) <= 1e-5 * magnitude)
