@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import re
 import string
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,16 +49,16 @@ ROLES = ("system", "user", "assistant")
 class RenderLimits:
     """Resource limits of one render. Input characters = characters of all message contents.
 
-    The official templates use about 25 steps and 3 produced characters per message character; the
-    defaults leave ample room for long conversations while bounding a hostile template to well under a
-    second of CPU and tens of MB of memory.
+    The official templates use under 20 steps per message and produce about 3 characters per output
+    character; the defaults leave ample room for long conversations while bounding a hostile template to
+    well under a second of CPU and tens of MB of memory.
     """
 
     max_steps: int = 200_000  # plus the two allowances below
     steps_per_message: int = 64
     steps_per_input_char: int = 8
-    max_chars: int = 4 << 20  # characters produced, plus `chars_per_input_char` per input character
-    chars_per_input_char: int = 16
+    max_chars: int = 1 << 20  # characters produced, plus `chars_per_input_char` per input character
+    chars_per_input_char: int = 8
     max_seconds: float = 2.0  # wall clock
     max_template_chars: int = 1 << 20  # template source size
     max_int_bits: int = 1 << 16  # integers produced by `*` and `**`
@@ -95,9 +96,9 @@ class _Budget:
             raise _LimitExceeded("chat template exceeded its output size limit")
 
     def charge_value(self, value: Any) -> None:
-        """Charge the text size of a newly built string or collection (other values are free)."""
+        """Charge a newly built string (its characters) or collection (its entries); others are free."""
         if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
-            self.charge(_text_size(value, self.chars_left))
+            self.charge(len(value))
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("hymt_template_budget", default=None)
@@ -179,8 +180,8 @@ def _check_binop(budget: _Budget, op: str, left: Any, right: Any) -> None:
     sequences = (str, bytes, list, tuple)
     if op == "*":
         for seq, count in ((left, right), (right, left)):
-            if isinstance(seq, sequences) and isinstance(count, int):
-                budget.charge(_text_size(seq, budget.chars_left) * max(count, 0))
+            if isinstance(seq, sequences) and isinstance(count, int) and not isinstance(count, bool):
+                budget.charge(len(seq) * max(count, 0))
         if isinstance(left, int) and isinstance(right, int):
             if abs(left).bit_length() + abs(right).bit_length() > budget.limits.max_int_bits:
                 raise _LimitExceeded("chat template integer is too large")
@@ -190,13 +191,28 @@ def _check_binop(budget: _Budget, op: str, left: Any, right: Any) -> None:
                 raise _LimitExceeded("chat template integer is too large")
     elif op == "+":
         if isinstance(left, sequences) and isinstance(right, sequences):
-            budget.charge(_text_size(left, budget.chars_left) + _text_size(right, budget.chars_left))
+            budget.charge(len(left) + len(right))
     elif op == "%" and isinstance(left, str):
         _check_percent_format(budget, left, right)
 
 
-def _check_method(budget: _Budget, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Pre-check calls of built-in methods that can build values far larger than their inputs."""
+def _joined_size(budget: _Budget, items: Iterable[Any], separator: int) -> int:
+    """Characters of `separator.join(map(str, items))`, counted until it exceeds the budget."""
+    total = 0
+    for item in items:
+        total += _text_size(item, budget.chars_left - total) + separator
+        if total > budget.chars_left:
+            break
+    return total
+
+
+def _check_method(
+    budget: _Budget, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]:
+    """Pre-check calls of built-in methods that can build values far larger than their inputs.
+
+    Returns the arguments to call with (a lazy iterator passed to `join` is materialized and charged).
+    """
     owner = getattr(func, "__self__", None)
     name = getattr(func, "__name__", "")
     if isinstance(owner, (str, bytes)):
@@ -208,8 +224,9 @@ def _check_method(budget: _Budget, func: Any, args: tuple[Any, ...], kwargs: dic
             if isinstance(tab, int):
                 budget.charge(size * max(tab, 1))
         elif name == "join" and args:
-            items = list(_bounded(budget, args[0]))
-            budget.charge(_text_size(items, budget.chars_left) + size * len(items))
+            items = _materialize(budget, args[0])
+            budget.charge(_joined_size(budget, items, size))
+            args = (items, *args[1:])
         elif name == "replace" and len(args) >= 2:
             old, new = args[0], args[1]
             if isinstance(old, (str, bytes)) and isinstance(new, (str, bytes)):
@@ -219,90 +236,76 @@ def _check_method(budget: _Budget, func: Any, args: tuple[Any, ...], kwargs: dic
     elif isinstance(owner, int) and name == "to_bytes":
         length = args[0] if args else kwargs.get("length", 1)
         _check_width(budget, length)
-
-
-def _bounded(budget: _Budget, iterable: Any) -> Iterator[Any]:
-    """Iterate a lazily produced sequence, charging each item as it appears."""
-    if isinstance(iterable, (str, list, tuple, dict, range, set, frozenset)):
-        yield from iterable
-        return
-    for item in iterable:
-        budget.tick()
-        budget.charge(_text_size(item, budget.chars_left) + 1)
-        yield item
+    return args
 
 
 def _materialize(budget: _Budget, value: Any) -> Any:
-    """Lazy iterators (map/select/items results) become lists, charged item by item."""
-    if isinstance(value, Iterator):
-        return list(_bounded(budget, value))
-    return value
+    """A lazy iterator (map/select/batch/items results) becomes a list, each item charged as it appears."""
+    if not isinstance(value, Iterator):
+        return value
+    items = []
+    for item in value:
+        budget.tick()
+        budget.charge(_text_size(item, budget.chars_left) + 1)
+        items.append(item)
+    return items
 
 
-def _pre_join(budget: _Budget, value: Any, d: Any = "", attribute: Any = None) -> None:
-    if isinstance(value, Iterable):
-        items = value if isinstance(value, Sized) else ()
-        separator = len(d) if isinstance(d, str) else 0
-        budget.charge(_text_size(list(items), budget.chars_left) + separator * len(items))
+# Checks of the filters that can build values far larger than their inputs, on the bound arguments.
+def _pre_join(budget: _Budget, a: dict[str, Any]) -> None:
+    d = a["d"]
+    if isinstance(a["value"], Iterable):
+        budget.charge(_joined_size(budget, a["value"], len(d) if isinstance(d, str) else 0))
 
 
-def _pre_indent(budget: _Budget, s: Any, width: Any = 4, *args: Any, **kwargs: Any) -> None:
+def _pre_indent(budget: _Budget, a: dict[str, Any]) -> None:
+    s, width = a["s"], a["width"]
     if isinstance(s, str):
-        lines = s.count("\n") + 1
         width_chars = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        budget.charge(len(s) + lines * max(width_chars, 0))
+        budget.charge(len(s) + (s.count("\n") + 1) * max(width_chars, 0))
 
 
-def _pre_replace(budget: _Budget, s: Any, old: Any = "", new: Any = "", *args: Any) -> None:
+def _pre_replace(budget: _Budget, a: dict[str, Any]) -> None:
+    s, old, new = a["s"], a["old"], a["new"]
     if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
         budget.charge(len(s) + (len(s) + 1) * len(new) // max(len(old), 1))
 
 
-def _pre_center(budget: _Budget, value: Any, width: Any = 80) -> None:
-    _check_width(budget, width)
+def _pre_format(budget: _Budget, a: dict[str, Any]) -> None:
+    if isinstance(a["value"], str):
+        _check_percent_format(budget, a["value"], a["kwargs"] or a["args"])
 
 
-def _pre_format(budget: _Budget, value: Any, *args: Any, **kwargs: Any) -> None:
-    if isinstance(value, str):
-        _check_percent_format(budget, value, kwargs or args)
-
-
-def _pre_count(budget: _Budget, value: Any, count: Any = 1, *args: Any, **kwargs: Any) -> None:
-    """batch(linecount) and slice(slices): the count becomes list entries or loop rounds."""
-    _check_width(budget, count)
-
-
-def _pre_wordwrap(
-    budget: _Budget, s: Any, width: Any = 79, break_long: Any = True, wrap: Any = None, *a: Any
-) -> None:
+def _pre_wordwrap(budget: _Budget, a: dict[str, Any]) -> None:
+    s, wrap = a["s"], a["wrapstring"]
     if isinstance(s, str):
         budget.charge(len(s) * (1 + (len(wrap) if isinstance(wrap, str) else 1)))
 
 
-def _pre_sum(budget: _Budget, iterable: Any, attribute: Any = None, start: Any = 0) -> None:
-    if not isinstance(start, (int, float)):
+def _pre_sum(budget: _Budget, a: dict[str, Any]) -> None:
+    if not isinstance(a["start"], (int, float)):
         raise _LimitExceeded("chat templates may only sum numbers")
 
 
-def _pre_tojson(budget: _Budget, value: Any, indent: Any = None) -> None:
-    if isinstance(indent, int) and indent > 16:
+def _pre_tojson(budget: _Budget, a: dict[str, Any]) -> None:
+    if isinstance(a["indent"], int) and a["indent"] > 16:
         raise _LimitExceeded("chat template tojson indent is too large")
-    budget.charge(2 * _text_size(value, budget.chars_left))
+    budget.charge(2 * _text_size(a["value"], budget.chars_left))
 
 
-def _pre_stringify(budget: _Budget, value: Any, *args: Any, **kwargs: Any) -> None:
-    budget.charge(_text_size(value, budget.chars_left))
+def _pre_stringify(budget: _Budget, a: dict[str, Any]) -> None:
+    budget.charge(_text_size(next(iter(a.values())), budget.chars_left))
 
 
-_FILTER_CHECKS: dict[str, Callable[..., None]] = {
-    "batch": _pre_count,
-    "center": _pre_center,
+_FILTER_CHECKS: dict[str, Callable[[_Budget, dict[str, Any]], None]] = {
+    "batch": lambda budget, a: _check_width(budget, a["linecount"]),
+    "center": lambda budget, a: _check_width(budget, a["width"]),
     "format": _pre_format,
     "indent": _pre_indent,
     "join": _pre_join,
     "pprint": _pre_stringify,
     "replace": _pre_replace,
-    "slice": _pre_count,
+    "slice": lambda budget, a: _check_width(budget, a["slices"]),
     "string": _pre_stringify,
     "sum": _pre_sum,
     "tojson": _pre_tojson,
@@ -314,22 +317,32 @@ _PLAIN_FILTERS = (
     "int items last length list lower map max min random reject rejectattr reverse round safe select "
     "selectattr sort striptags title trim truncate unique upper urlencode urlize wordcount xmlattr"
 ).split()
+_CONTEXT_PARAMETERS = ("context", "eval_ctx", "environment")
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     check = _FILTER_CHECKS.get(name)
-    passes_context = hasattr(func, "jinja_pass_arg")  # first argument is the context/environment
+    lead = 1 if hasattr(func, "jinja_pass_arg") else 0  # the context/environment jinja2 passes first
+    signature = inspect.signature(func)
+    parameters = list(signature.parameters.values())
+    if lead and parameters and parameters[0].name in _CONTEXT_PARAMETERS:
+        signature = signature.replace(parameters=parameters[1:])
 
     @functools.wraps(func)  # keeps jinja_pass_arg
     def guarded(*args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.tick()
-        lead, rest = (args[:1], args[1:]) if passes_context else ((), args)
-        if rest:
-            rest = (_materialize(budget, rest[0]), *rest[1:])
+        if len(args) > lead:
+            args = (*args[:lead], _materialize(budget, args[lead]), *args[lead + 1 :])
         if check is not None:
-            check(budget, *rest, **kwargs)
-        result = func(*lead, *rest, **kwargs)
+            try:
+                bound = signature.bind(*args[lead:], **kwargs)
+            except TypeError:
+                pass  # the filter call below raises the same error
+            else:
+                bound.apply_defaults()
+                check(budget, bound.arguments)
+        result = func(*args, **kwargs)
         budget.charge_value(result)
         return result
 
@@ -489,7 +502,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         budget = _budget()
         budget.tick()
-        _check_method(budget, __obj, args, kwargs)
+        args = _check_method(budget, __obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
         budget.charge_value(result)
         return result

@@ -252,3 +252,46 @@ def test_a_failed_render_leaves_no_budget_behind():
         hostile.render(USER, bos_token="", eos_token="")
     assert chat._BUDGET.get() is None
     assert render("{{ messages[0].content }}", USER, bos_token="", eos_token="") == "hi"
+
+
+BIG = "{% set big = 'x' * 2000 %}"  # each template below would build 100-200 MB if it were allowed to run
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        BIG + "{{ ([big] * 100000)|join }}",
+        BIG + "{{ ([big] * 100000)|join(attribute='x') }}",
+        BIG + "{{ ' '.join([big] * 100000) }}",
+        BIG + "{{ ([big] * 100000)|map('upper')|list|length }}",
+        BIG + "{{ ([big] * 100000)|map('upper')|join }}",
+        BIG + "{{ ' '.join(([big] * 100000)|map('upper')) }}",
+        BIG + "{% for x in ([big] * 100000)|map('upper') %}{{ x }}{% endfor %}",
+        BIG + "{{ ([big] * 100000)|tojson }}",
+        BIG + "{{ ([big] * 100000)|string }}",
+        BIG + "{{ [big] * 100000 }}",
+        BIG + "{{ ([big] * 100000)|pprint }}",
+        BIG + "{{ '%s' % ([big] * 100000) }}",
+        BIG + "{{ ([big] * 100000) ~ '' }}",
+        "{{ 'a'|center(200000000) }}",
+        "{{ 'a'.rjust(200000000) }}",
+        "{{ 'ab' * 100000000 }}",
+        "{{ ('x' * 10000)|replace('', 'y' * 20000) }}",
+        "{{ ('\n' * 10000)|indent(20000) }}",
+        "{{ ('\n' * 10000)|indent(width=20000) }}",
+        "{{ (1).to_bytes(200000000, 'big') }}",
+        "{{ [1]|batch(linecount=200000000, fill_with='x')|list }}",
+        "{{ ('x' * 10000)|wordwrap(10, wrapstring='y' * 20000) }}",
+    ],
+)
+def test_amplifying_operations_are_refused_before_allocating(template):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateError, match="exceeded its output size limit"):
+            ChatTemplate(template, SMALL).render(USER, bos_token="", eos_token="")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20
