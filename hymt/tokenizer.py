@@ -49,7 +49,7 @@ PRETOKENIZERS: dict[str, tuple[str, ...]] = {
 END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
 
 # Distinct pre-token pieces remembered by one tokenizer; the cache is emptied when it reaches this size.
-CACHE_LIMIT = 1 << 17
+CACHE_LIMIT = 1 << 16
 
 
 def _byte_encoder() -> tuple[str, ...]:
@@ -169,7 +169,7 @@ class Tokenizer:
         # Longest first: an alternation of literals is leftmost-first, which this makes leftmost-longest.
         alternatives = sorted(self._added, key=len, reverse=True)
         self._added_split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")") if added else None
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}
 
     @classmethod
     def from_gguf(cls, gguf_file_or_path: GGUFFile | str | PathLike[str]) -> Tokenizer:
@@ -235,7 +235,7 @@ class Tokenizer:
                 cache[piece] = piece_ids
             ids.extend(piece_ids)
 
-    def _bpe(self, piece: str) -> list[int]:
+    def _bpe(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-token piece: merge the lowest-rank adjacent pair (leftmost on ties) until none."""
         word = piece.encode("utf-8").decode("latin-1").translate(_FROM_LATIN1)
         vocab = self._vocab
@@ -261,7 +261,7 @@ class Tokenizer:
                 if i:
                     pair_ranks[i - 1] = rank_of(symbols[i - 1] + " " + merged, none)
         try:
-            return [vocab[s] for s in symbols]
+            return tuple([vocab[s] for s in symbols])
         except KeyError as missing:
             raise TokenizerError(
                 f"the vocabulary has no token for the BPE symbol {missing.args[0]!r} of {piece!r}"
