@@ -159,7 +159,7 @@ def write_tiny_fixture(path: str | Path, moe: bool, numeric: bool) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 # Seeded random models of the real shapes (REFERENCE §4.1)
 
-GENERATOR_VERSION = 2  # bump when the bytes written for a (preset, format, seed) change
+GENERATOR_VERSION = 3  # bump when the bytes written for a (preset, format, seed) change
 FORMATS = ("f32", "f16", "q8_0", "q4_k", "q6_k", "q2_0c", "stq1")
 _FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q6_k": 18, "q2_0c": 39, "stq1": 41}
 _SINGLE_DTYPE = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q6_k": "Q6_K"}
@@ -276,8 +276,8 @@ HY_PLAIN_ADDED = (
 def hy_added_tokens(count: int) -> list[tuple[str, bool]]:
     """The first ``count`` Hy-MT2-1.8B added tokens (ids 120000 onwards) as (text, special), following the
     official numbering: nine named tokens, placeholders 11–19 then 0–10, the plain tokens, placeholders 26…"""
-    named = ["begin of sentence", "end of sentence", " pad ", "fim hole", "fim begin", "fim end", "User"]
-    special = [_hy(n) for n in named + ["Assistant", "EOT"]]
+    named = ["begin of sentence", "end of sentence", " pad ", "fim hole", "fim begin", "fim end"]
+    special = [_hy(n) for n in [*named, "User", "Assistant", "EOT"]]
     special += [_placeholder(k) for k in [*range(11, 20), *range(0, 11)]]
     added = [(t, True) for t in special] + [(t, False) for t in HY_PLAIN_ADDED]
     k = 26
@@ -482,6 +482,9 @@ def _random_bytes(rng: np.random.Generator, count: int) -> np.ndarray:
     return rng.bit_generator.random_raw((count + 7) // 8).view(np.uint8)[:count]
 
 
+_FLOAT_CHUNK = 1 << 22
+
+
 @functools.cache
 def _normal_quantiles() -> np.ndarray:
     """The 65536 quantiles of N(0, 1) at (i + 0.5)/65536: a table that turns random 16-bit indices into
@@ -493,7 +496,12 @@ def _normal_quantiles() -> np.ndarray:
 def random_floats(dtype: str, count: int, std: float, rng: np.random.Generator) -> np.ndarray:
     """Raw F32/F16 bytes of ``count`` near-Gaussian values of standard deviation ``std``."""
     table = (_normal_quantiles() * np.float32(std)).astype("<f4" if dtype == "F32" else "<f2")
-    return table[_random_bytes(rng, 2 * count).view(np.uint16)].view(np.uint8)
+    out = np.empty(count, dtype=table.dtype)
+    for start in range(0, count, _FLOAT_CHUNK):  # bounded index temporaries ([chunk] intp)
+        n = min(_FLOAT_CHUNK, count - start)
+        indices = _random_bytes(rng, 2 * n).view(np.uint16).astype(np.intp)
+        np.take(table, indices, out=out[start : start + n])
+    return out.view(np.uint8)
 
 
 def random_blocks(dtype: str, count: int, std: float, rng: np.random.Generator) -> np.ndarray:
@@ -509,14 +517,15 @@ def random_blocks(dtype: str, count: int, std: float, rng: np.random.Generator) 
         out[:, 0:2] = _fp16_bytes(jitter * np.float32(std / 73.9))
     elif dtype == "Q4_K":
         # w = d·sc·q − dmin·m with dmin = 7.5·d and m = sc: each sub-block centred on zero.
-        sc = rng.integers(12, 41, size=(nb, 8), dtype=np.uint8)
+        sc = 12 + _random_bytes(rng, nb * 8).reshape(nb, 8) % 29  # 12..40
         d = jitter * np.float32(std / (4.61 * 28.0))  # q uniform 0..15: std 4.61; rms of sc ≈ 28
         out[:, 0:2] = _fp16_bytes(d)
         out[:, 2:4] = _fp16_bytes(d * np.float32(7.5))
         out[:, 4:16] = pack_q4_k_scales(sc, sc)
     elif dtype == "Q6_K":
-        sc = rng.integers(16, 128, size=(nb, 16)) * rng.choice(np.array([-1, 1]), size=(nb, 16))
-        out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+        raw = _random_bytes(rng, nb * 16).reshape(nb, 16)
+        magnitude = (16 + (raw & 127) % 112).astype(np.int8)  # 16..127, sign from the top bit
+        out[:, 192:208] = np.where(raw & 128, -magnitude, magnitude).view(np.uint8)
         out[:, 208:210] = _fp16_bytes(jitter * np.float32(std / (18.47 * 78.3)))  # q − 32: std 18.47
     elif dtype == "Q2_0C":  # codes → ±1, ±3: std √5
         out[:, 0:2] = _fp16_bytes(jitter * np.float32(std / 5**0.5))
