@@ -112,6 +112,9 @@ def test_templates_compile_once():
         ("{{ 1 // 0 }}", "chat template failed: ZeroDivisionError"),
         ("{% include 'other' %}", "chat template failed: "),
         ("{{ lipsum(10) }}", "chat template failed: 'lipsum' is undefined"),
+        ("{{ 'a b'|wordwrap(1) }}", "invalid chat template: No filter named 'wordwrap'"),
+        ("{{ 'x'|urlize }}", "invalid chat template: No filter named 'urlize'"),
+        ("{{ [1]|pprint }}", "invalid chat template: No filter named 'pprint'"),
     ],
 )
 def test_template_errors(template, message):
@@ -270,7 +273,6 @@ BIG = "{% set big = 'x' * 2000 %}"  # each template below would build 100-200 MB
         BIG + "{{ ([big] * 100000)|tojson }}",
         BIG + "{{ ([big] * 100000)|string }}",
         BIG + "{{ [big] * 100000 }}",
-        BIG + "{{ ([big] * 100000)|pprint }}",
         BIG + "{{ '%s' % ([big] * 100000) }}",
         BIG + "{{ ([big] * 100000) ~ '' }}",
         "{{ 'a'|center(200000000) }}",
@@ -281,7 +283,6 @@ BIG = "{% set big = 'x' * 2000 %}"  # each template below would build 100-200 MB
         "{{ ('\n' * 10000)|indent(width=20000) }}",
         "{{ (1).to_bytes(200000000, 'big') }}",
         "{{ [1]|batch(linecount=200000000, fill_with='x')|list }}",
-        "{{ ('x' * 10000)|wordwrap(10, wrapstring='y' * 20000) }}",
     ],
 )
 def test_amplifying_operations_are_refused_before_allocating(template):
