@@ -1,0 +1,367 @@
+"""Streaming load generator for the server benchmark (issue 6): aggregate tokens/s and time to first token.
+
+Starts ``hymt-serve`` on a free loopback port (or uses ``--url``), then for each level of concurrent
+streaming clients (default 1, 2, 4, 8) runs every client through a fixed number of chat completions and
+reports, as JSON on stdout:
+
+* ``aggregate_tokens_per_second`` = generated tokens of all clients ÷ wall time of the level;
+* ``mean_ttft_ms`` = mean time from sending a request to its first content delta;
+* ``per_stream_tokens_per_second`` = mean over requests of (tokens − 1) ÷ (last delta − first delta).
+
+``--llama-cpp-server`` runs the same load against llama-cpp-python's server (``python -m llama_cpp.server``,
+from ``pip install 'llama-cpp-python[server]'``) on the same file, same threads, greedy. That server has no
+parallel slots: it serves one request at a time, which the report states next to its figures.
+
+    python bench/serve_load.py --model synthetic:1.8b:q4_k --threads 2 --llama-cpp-server
+
+The server runs with as many active slots as the largest level, so no request waits in the queue.
+Every client uses its own prompt (the same set for both servers), greedy decoding and a fixed token budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from hymt.cli import resolve_model  # noqa: E402
+
+SENTENCES = [
+    "The weather is nice today, so we are going to the park.",
+    "Please send me the report before Friday afternoon.",
+    "Machine translation has improved a lot in recent years.",
+    "The train to Shanghai leaves at eight in the morning.",
+    "She has been learning to play the piano since she was six.",
+    "Our team will present the new product at the conference.",
+    "Could you recommend a good restaurant near the hotel?",
+    "The museum is closed on Mondays and public holidays.",
+]
+STARTUP_TIMEOUT_S = 900.0
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RequestResult:
+    ttft_ms: float | None = None
+    tokens: int = 0  # generated tokens (server usage when reported, else content chunks)
+    stream_ms: float = 0.0  # first content delta → last delta
+    error: str | None = None
+
+
+@dataclass
+class Target:
+    """One server under load: where it listens and how its requests are shaped."""
+
+    name: str
+    url: str
+    model_id: str
+    extra: dict[str, Any] = field(default_factory=dict)  # server-specific request fields
+    process: subprocess.Popen[bytes] | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, path: str, process: subprocess.Popen[bytes] | None) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    parts = urlsplit(url)
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with code {process.returncode} before it was ready")
+        try:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"server at {url} not ready after {STARTUP_TIMEOUT_S:.0f} s")
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path) -> Target:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-c",
+        "from hymt.cli import run; from hymt.serve import main; run(main)",
+        "--model",
+        str(path),
+        "--gguf-profile",
+        profile,
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--threads",
+        str(threads),
+        "--max-concurrent-requests",
+        str(slots),
+        "--queue-capacity",
+        str(slots),
+        "--ctx-size",
+        "2048",
+        "--log-level",
+        "warning",
+    ]
+    with log.open("ab") as sink:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=sink, stderr=sink)
+    target = Target("hymt", f"http://127.0.0.1:{port}", "hy-mt2", {"stream_options": {"include_usage": True}})
+    target.process = process
+    wait_ready(target.url, "/healthz", process)
+    return target
+
+
+def start_llama_cpp(path: Path, threads: int, log: Path) -> Target:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--n_ctx",
+        "2048",
+        "--n_batch",
+        "512",
+        "--n_ubatch",
+        "512",
+    ]
+    with log.open("ab") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=sink)
+    # llama-cpp-python's chat API defaults to repeat_penalty 1.1; hymt's dense default is 1.05.
+    target = Target("llama.cpp (llama-cpp-python server)", f"http://127.0.0.1:{port}", "model", {})
+    target.extra = {"repeat_penalty": 1.05}
+    target.process = process
+    wait_ready(target.url, "/v1/models", process)
+    return target
+
+
+def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
+    """One streaming chat completion; times measured on this side of the socket."""
+    parts = urlsplit(target.url)
+    body = {
+        "model": target.model_id,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        **target.extra,
+    }
+    result = RequestResult()
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=REQUEST_TIMEOUT_S)
+    started = time.perf_counter()
+    first = last = None
+    chunks = 0
+    usage_tokens = None
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            result.error = f"HTTP {response.status}: {response.read()[:200]!r}"
+            return result
+        for raw in response:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                usage_tokens = chunk["usage"]["completion_tokens"]
+            for choice in chunk.get("choices", []):
+                if choice.get("delta", {}).get("content"):
+                    now = time.perf_counter()
+                    first = now if first is None else first
+                    last = now
+                    chunks += 1
+    except (OSError, ValueError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        return result
+    finally:
+        conn.close()
+    if first is not None:
+        result.ttft_ms = (first - started) * 1000.0
+        result.stream_ms = (last - first) * 1000.0
+    result.tokens = usage_tokens if usage_tokens is not None else chunks
+    return result
+
+
+def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> dict[str, Any]:
+    results: list[RequestResult] = []
+    lock = threading.Lock()
+
+    def client(index: int) -> None:
+        for k in range(requests):
+            sentence = SENTENCES[(index + k * streams) % len(SENTENCES)]
+            outcome = stream_chat(
+                target, f"Translate the following text into Chinese:\n{sentence}", max_tokens
+            )
+            with lock:
+                results.append(outcome)
+
+    started = time.perf_counter()
+    clients = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    wall_s = time.perf_counter() - started
+    good = [r for r in results if r.error is None]
+    tokens = sum(r.tokens for r in good)
+    ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
+    per_stream = [(r.tokens - 1) * 1000.0 / r.stream_ms for r in good if r.tokens > 1 and r.stream_ms > 0]
+    return {
+        "streams": streams,
+        "requests": len(results),
+        "errors": [r.error for r in results if r.error is not None],
+        "generated_tokens": tokens,
+        "wall_s": wall_s,
+        "aggregate_tokens_per_second": tokens / wall_s,
+        "mean_ttft_ms": statistics.fmean(ttfts) if ttfts else None,
+        "per_stream_tokens_per_second": statistics.fmean(per_stream) if per_stream else None,
+    }
+
+
+def run_target(target: Target, levels: Sequence[int], requests: int, max_tokens: int) -> dict[str, Any]:
+    warm = stream_chat(target, "Translate the following text into Chinese:\nWarm-up.", max_tokens)
+    if warm.error is not None:
+        raise RuntimeError(f"{target.name}: warm-up request failed: {warm.error}")
+    rows = []
+    for streams in levels:
+        print(f"serve_load: {target.name}: {streams} stream(s)", file=sys.stderr, flush=True)
+        rows.append(run_level(target, streams, requests, max_tokens))
+    report: dict[str, Any] = {"server": target.name, "url": target.url, "levels": rows}
+    base = rows[0]["aggregate_tokens_per_second"] if rows and rows[0]["streams"] == 1 else None
+    if base:
+        report["scaling_vs_one_stream"] = {
+            str(row["streams"]): row["aggregate_tokens_per_second"] / base for row in rows
+        }
+    return report
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cpus": os.cpu_count(), "load_average": list(os.getloadavg())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="GGUF path or synthetic:<preset>:<format> (ignored with --url)")
+    parser.add_argument("--gguf-profile", default="auto")
+    parser.add_argument("--url", help="benchmark a running hymt-serve instead of starting one")
+    parser.add_argument("--model-id", default="hy-mt2", help="model id for --url (default: hy-mt2)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--levels", default="1,2,4,8", help="concurrent streams per level (default: 1,2,4,8)")
+    parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--llama-cpp-server", action="store_true", help="also load llama-cpp-python's server")
+    parser.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server output")
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",")]
+
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "requests_per_client": args.requests,
+    }
+    path: Path | None = None
+    profile = args.gguf_profile
+    if args.url:
+        target = Target(
+            "hymt", args.url.rstrip("/"), args.model_id, {"stream_options": {"include_usage": True}}
+        )
+        report["hymt"] = run_target(target, levels, args.requests, args.max_tokens)
+    else:
+        if not args.model:
+            parser.error("--model or --url is required")
+        path, profile = resolve_model(args.model, args.gguf_profile)
+        report["model"] = str(path)
+        target = start_hymt(path, profile, args.threads, max(levels), args.log)
+        try:
+            report["hymt"] = run_target(target, levels, args.requests, args.max_tokens)
+        finally:
+            stop(target.process)
+    if args.llama_cpp_server:
+        report["llama_cpp_server"] = run_llama_cpp(path, profile, args, levels)
+    report["machine"]["load_average_end"] = list(os.getloadavg())
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def run_llama_cpp(
+    path: Path | None, profile: str, args: argparse.Namespace, levels: Sequence[int]
+) -> dict[str, Any]:
+    if path is None:
+        return {"skipped": "--url given: no model file to load into llama.cpp"}
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError as exc:
+        return {
+            "skipped": f"llama-cpp-python's server is not installed ({exc}); pip install 'llama-cpp-python[server]'"
+        }
+    from hymt.gguf import GGUFFile
+
+    with GGUFFile(path, profile=profile) as gguf:
+        tencent = sorted({info.dtype for info in gguf.tensors.values() if info.dtype in ("Q2_0C", "STQ1_0")})
+    if tencent:
+        return {"skipped": f"llama.cpp has no decoder for {', '.join(tencent)} tensors"}
+    target = start_llama_cpp(path, args.threads, args.log)
+    try:
+        result = run_target(target, levels, args.requests, args.max_tokens)
+    finally:
+        stop(target.process)
+    result["note"] = (
+        "llama-cpp-python's server has no parallel slots (one request at a time); token counts are "
+        "content chunks, as it reports no usage while streaming"
+    )
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
