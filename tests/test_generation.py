@@ -280,3 +280,47 @@ def test_always_a_model_with_stop_aaa(tmp_path):
     assert completion.usage.total_tokens == 4
     assert completion.finish_reason == "stop"
     assert completion.token_ids == [ord("a")] * 3
+
+
+def _tiny_model(tmp_path, numeric=True, moe=False):
+    hymt = pytest.importorskip("hymt")
+    if not hasattr(hymt, "load"):
+        pytest.skip("hymt.load is not available yet")
+    from hymt.synthetic import write_tiny_fixture
+
+    return hymt.load(write_tiny_fixture(tmp_path / "m.gguf", moe=moe, numeric=numeric))
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_batched_generations_match_lone_runs(tmp_path, moe):
+    """Generations driven together through one batched forward give what each gives alone."""
+    model = _tiny_model(tmp_path, moe=moe)
+    sampled = SamplingParams(1.0, 0.9, 0, 1.1, seed=5)
+    requests = [
+        GenerationRequest([256, 257, *b"hello", 258], 12, GREEDY, []),
+        GenerationRequest(list(range(60, 90)), 9, sampled, ["zz"]),
+        GenerationRequest([256, 1, 2, 3], 15, SamplingParams(0.7, 0.6, 20, 1.05, seed=9), []),
+    ]
+    alone = [_run(model, r, context=128)[1] for r in requests]
+    generations = [Generation(model, r, context=128) for r in requests]
+    texts = ["" for _ in requests]
+    while not all(g.done for g in generations):
+        live = [g for g in generations if not g.done]
+        results = model.forward([(g.session, g.next_input()) for g in live])
+        for g, logits in zip(live, results, strict=True):
+            texts[generations.index(g)] += g.feed(logits)
+    for g, text, lone in zip(generations, texts, alone, strict=True):
+        assert g.completion.token_ids == lone.token_ids
+        assert text == g.completion.text == lone.text
+        assert g.completion.usage == lone.usage
+        assert g.completion.finish_reason == lone.finish_reason
+
+
+def test_seeded_requests_reproduce_on_a_real_model(tmp_path):
+    model = _tiny_model(tmp_path)
+    params = SamplingParams(1.2, 0.95, 0, 1.0, seed=1234)
+    request = GenerationRequest([256, 257, 72, 105, 258], 20, params, [])
+    first, second = (_run(model, request, context=64)[1] for _ in range(2))
+    assert first.token_ids == second.token_ids and first.text == second.text
+    assert first.usage.completion_tokens == len(first.token_ids)
+    assert first.usage.total_tokens == 5 + len(first.token_ids)
