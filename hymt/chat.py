@@ -304,12 +304,12 @@ _FILTER_CHECKS: dict[str, Callable[[_Budget, dict[str, Any]], None]] = {
     "tojson": _pre_tojson,
 }
 # Filters whose output is small or bounded by their input, in time roughly linear in it. Not offered:
-# `wordwrap` (a minute on a 1 MB word), `urlize` and `pprint` (super-linear on crafted input), and
-# anything a newer jinja2 adds.
+# `wordwrap` (a minute on a 1 MB word), `urlize` and `pprint` (super-linear on crafted input), `unique`
+# (quadratic on integers crafted to share one hash), and anything a newer jinja2 adds.
 _PLAIN_FILTERS = (
     "abs attr capitalize count d default dictsort e escape filesizeformat first float forceescape groupby "
     "int items last length list lower map max min random reject rejectattr reverse round safe select "
-    "selectattr sort striptags title trim truncate unique upper urlencode wordcount xmlattr"
+    "selectattr sort striptags title trim truncate upper urlencode wordcount xmlattr"
 ).split()
 _CONTEXT_PARAMETERS = ("context", "eval_ctx", "environment")
 

@@ -115,6 +115,7 @@ def test_templates_compile_once():
         ("{{ 'a b'|wordwrap(1) }}", "invalid chat template: No filter named 'wordwrap'"),
         ("{{ 'x'|urlize }}", "invalid chat template: No filter named 'urlize'"),
         ("{{ [1]|pprint }}", "invalid chat template: No filter named 'pprint'"),
+        ("{{ [1]|unique|list }}", "invalid chat template: No filter named 'unique'"),
     ],
 )
 def test_template_errors(template, message):
