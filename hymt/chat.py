@@ -423,8 +423,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         super().__init__(finalize=self._finalize)
         self.globals = {
             "range": self.globals["range"],
-            "dict": dict,
-            "namespace": Namespace,
+            "dict": _keyword_dict,
+            "namespace": _keyword_namespace,
             "cycler": self.globals["cycler"],
             "joiner": self.globals["joiner"],
             "raise_exception": _raise_exception,
@@ -500,6 +500,17 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         result = super().call(__context, __obj, *args, **kwargs)
         budget.charge_value(result)
         return result
+
+
+def _keyword_dict(**items: Any) -> dict[str, Any]:
+    """`dict(a=1)` only: keys are then identifiers, so no crafted hash collisions (built from a list of
+    integer pairs, a dict can take quadratic time)."""
+    return items
+
+
+def _keyword_namespace(**attributes: Any) -> Namespace:
+    """`namespace(a=1)` only, for the same reason as `_keyword_dict`."""
+    return Namespace(**attributes)
 
 
 def _raise_exception(message: Any) -> None:

@@ -91,6 +91,10 @@ def test_raise_exception_surfaces_its_message():
         ("{{ messages[0].content }}", "<b>&amp;</b>'"),  # no autoescape
         ("{{ nothing }}x{{ nothing is defined }}", "xFalse"),  # default Undefined prints nothing
         ("{{ bos_token }}|{{ eos_token }}|{{ tools|length }}|{{ reasoning_effort }}", "<s>|</s>|0|no_think"),
+        (
+            "{% set ns = namespace(a=1) %}{% set ns.a = ns.a + 1 %}{{ ns.a }}{{ dict(b=2)|tojson }}",
+            '2{"b": 2}',
+        ),
     ],
 )
 def test_jinja2_defaults(template, expected):
@@ -116,6 +120,8 @@ def test_templates_compile_once():
         ("{{ 'x'|urlize }}", "invalid chat template: No filter named 'urlize'"),
         ("{{ [1]|pprint }}", "invalid chat template: No filter named 'pprint'"),
         ("{{ [1]|unique|list }}", "invalid chat template: No filter named 'unique'"),
+        ("{{ dict([[1, 2]]) }}", "chat template failed: TypeError"),
+        ("{{ namespace({'a': 1}).a }}", "chat template failed: TypeError"),
     ],
 )
 def test_template_errors(template, message):
