@@ -106,9 +106,9 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
 /* ---- AVX-512 ---- */
 #if defined(HYMT_X86)
 
-HYMT_TARGET_AVX512 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                      const uint8_t *act, size_t act_stride, int64_t n,
-                                                      int64_t cols, float *y, int64_t y_stride) {
+HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                             const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                             float *y, int64_t y_stride) {
     int64_t nb = cols / Q2C_BLOCK;
     const __m512i three = _mm512_set1_epi8(3);
     __m512i row_offsets = hymt_row_offsets(row_bytes);
@@ -161,6 +161,107 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t r
             for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]);
         }
     }
+}
+
+/* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
+ * Per 16-row tile and half-block, the 16 rows' 64 code bytes are transposed (16×16 dwords) so
+ * vector j holds code bytes 4j..4j+3 of every row; its 4 planes (shift, mask) are buffered, and each
+ * token's activation dword qs[64p + 4j] is broadcast into one vpdpbusd per plane: 4 weights × 16
+ * rows × token per instruction, no reduction. Planes are built once per row tile and chunk and
+ * reused by every token sub-tile. */
+#define Q2C_TILE_HALVES 8 /* transposed half-blocks buffered per row tile (8 × 4 KB) */
+
+HYMT_TARGET_AVX512 HYMT_INLINE void q2c_tile(const __m512i (*pl)[16], const hymt_q8g *g0, size_t ts, __m512 dv,
+                                             float (*facc)[16], const int T) {
+    __m512i acc[16];
+    _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; j++) {
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+            __m512i wk = _mm512_load_si512((const void *)&pl[p][j]);
+            _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {
+                int32_t a4;
+                memcpy(&a4, g0[t * ts].qs + 64 * p + 4 * j, 4);
+                acc[t] = _mm512_dpbusd_epi32(acc[t], wk, _mm512_set1_epi32(a4));
+            }
+        }
+    }
+    _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {
+        __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(acc[t], 1), _mm512_set1_epi32(3 * g0[t * ts].sum));
+        _mm512_store_ps(facc[t], _mm512_add_ps(_mm512_load_ps(facc[t]),
+                                               _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(g0[t * ts].d)),
+                                                             _mm512_cvtepi32_ps(isum))));
+    }
+}
+
+HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                              const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                              float *y, int64_t y_stride) {
+    int64_t nh = 2 * (cols / Q2C_BLOCK); /* half-blocks per row = activation groups */
+    const __m512i three = _mm512_set1_epi8(3);
+    __m512i row_offsets = hymt_row_offsets(row_bytes);
+    HYMT_ALIGNED64 __m512i pl[Q2C_TILE_HALVES][4][16]; /* [half][plane][j] lane i: codes 4j.. of row i */
+    HYMT_ALIGNED64 float dv[Q2C_TILE_HALVES / 2][16];  /* [block][row] scales */
+    HYMT_ALIGNED64 float facc[16][16];                 /* [token][row] running sums */
+    const hymt_q8g *groups = (const hymt_q8g *)act;
+    size_t ts = act_stride / sizeof(hymt_q8g);
+    for (int64_t r = r0; r < r1; r += 16) {
+        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
+        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
+        const uint8_t *wt = w + r * row_bytes;
+        for (int64_t h0 = 0; h0 < nh; h0 += Q2C_TILE_HALVES) {
+            int nc = (int)(nh - h0 < Q2C_TILE_HALVES ? nh - h0 : Q2C_TILE_HALVES);
+            for (int c = 0; c < nc; c++) {
+                int64_t b = (h0 + c) / 2, h = (h0 + c) % 2;
+                __m512i rows_codes[16], codes[16];
+                for (int i = 0; i < 16; i++) {
+                    if (i >= rows) {
+                        rows_codes[i] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const uint8_t *half = wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h;
+                    _mm_prefetch((const char *)half + 16 * row_bytes, _MM_HINT_T0);
+                    _mm_prefetch((const char *)half + 16 * row_bytes + 63, _MM_HINT_T0);
+                    rows_codes[i] = _mm512_loadu_si512((const void *)half);
+                }
+                hymt_transpose16_epi32(rows_codes, codes);
+                for (int j = 0; j < 16; j++) {
+                    pl[c][0][j] = _mm512_and_si512(codes[j], three);
+                    pl[c][1][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 2), three);
+                    pl[c][2][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 4), three);
+                    pl[c][3][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 6), three);
+                }
+                if (h == 0) _mm512_store_ps(dv[c / 2], hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0));
+            }
+            for (int64_t t0 = 0; t0 < n;) {
+                int tt = hymt_token_subtile(n - t0);
+                for (int t = 0; t < tt; t++)
+                    _mm512_store_ps(facc[t], h0 == 0 ? _mm512_setzero_ps()
+                                                     : _mm512_maskz_loadu_ps(row_mask, y + (t0 + t) * y_stride + r));
+                const hymt_q8g *g0 = groups + t0 * ts + h0;
+                for (int c = 0; c < nc; c++) {
+                    __m512 d = _mm512_load_ps(dv[c / 2]);
+                    switch (tt) {
+                    case 16: q2c_tile(pl[c], g0 + c, ts, d, facc, 16); break;
+                    case 8: q2c_tile(pl[c], g0 + c, ts, d, facc, 8); break;
+                    case 4: q2c_tile(pl[c], g0 + c, ts, d, facc, 4); break;
+                    case 2: q2c_tile(pl[c], g0 + c, ts, d, facc, 2); break;
+                    default: q2c_tile(pl[c], g0 + c, ts, d, facc, 1); break;
+                    }
+                }
+                for (int t = 0; t < tt; t++)
+                    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, _mm512_load_ps(facc[t]));
+                t0 += tt;
+            }
+        }
+    }
+}
+
+static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                   size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    if (n >= HYMT_LOWBIT_BATCH_MIN)
+        q2c_gemm_tiles(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        q2c_gemm_rows(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
 }
 
 /* ---- AVX2: per half, two 32-byte code vectors, shift/mask planes, maddubs + madd ---- */

@@ -255,14 +255,123 @@ HYMT_TARGET_AVX512 static void stq1_gemm_avx512bw(const uint8_t *w, size_t row_b
     STQ1_GEMM_REDUCE_BODY(STQ1_PLANES_BW)
 }
 
+/* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
+ * Per 16-row tile and block, the 16 rows' 64-byte index vectors are transposed (16×16 dwords) so
+ * vector j holds the indices of groups 4j..4j+3 of every row; a lookup then gives, per plane p, the
+ * lanes of those 4 groups for 16 rows, multiplied with the broadcast activation dword qs[64p + 4j]
+ * of each token: one vpdpbusd per 4 weights × 16 rows × token, no reduction. Indices are built once
+ * per row tile and block chunk and reused by every token sub-tile. */
+#define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per row tile (16 KB) */
+
+#define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
+    TARGET HYMT_INLINE void NAME(const __m512i *ix, const __m512i *tab0, const __m512i *tab1,           \
+                                 const hymt_q8g *g0, size_t ts, __m512 dv, float (*facc)[16], const int T) { \
+        (void)tab1;                                                                                     \
+        __m512i acc[16];                                                                                \
+        _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) acc[t] = _mm512_set1_epi32(-g0[t * ts].sum); \
+        for (int j = 0; j < 16; j++) {                                                                  \
+            __m512i x = ix[j];                                                                          \
+            LOOKUP_PREP;                                                                                \
+            _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                       \
+                __m512i wk = LOOKUP;                                                                    \
+                _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {                                  \
+                    int32_t a4;                                                                         \
+                    memcpy(&a4, g0[t * ts].qs + 64 * p + 4 * j, 4);                                     \
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], wk, _mm512_set1_epi32(a4));                    \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+        _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) _mm512_store_ps(                           \
+            facc[t], _mm512_add_ps(_mm512_load_ps(facc[t]),                                             \
+                                   _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(g0[t * ts].d)),      \
+                                                 _mm512_cvtepi32_ps(acc[t]))));                         \
+    }
+
+STQ1_TILE_TOKENS(stq1_tile_vbmi, HYMT_TARGET_AVX512VBMI, (void)0, _mm512_permutexvar_epi8(x, tab0[p]))
+STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512, __mmask64 neg = _mm512_test_epi8_mask(x, _mm512_set1_epi8(16)),
+                 _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p], x), neg, tab1[p], x))
+
+#define STQ1_GEMM_TILES(NAME, TARGET, TILE, TABLE0)                                                     \
+    TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
+                            size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {  \
+        int64_t nb = cols / STQ1_BLOCK;                                                                 \
+        __m512i tab0[4], tab1[4]; /* VBMI: 32-entry plane tables; BW: sign-0 / sign-1 tables */        \
+        for (int p = 0; p < 4; p++) {                                                                   \
+            tab0[p] = _mm512_loadu_si512((const void *)TABLE0[p]);                                      \
+            tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);                       \
+        }                                                                                               \
+        const __m512i c16 = _mm512_set1_epi8(16);                                                       \
+        __m512i row_offsets = hymt_row_offsets(row_bytes);                                              \
+        HYMT_ALIGNED64 __m512i ix[STQ1_TILE_BLOCKS][16]; /* [block][j] lane i: groups 4j.. of row i */  \
+        HYMT_ALIGNED64 float dv[STQ1_TILE_BLOCKS][16];   /* [block][row] scales */                      \
+        HYMT_ALIGNED64 float facc[16][16];               /* [token][row] running sums */                \
+        const hymt_q8g *groups = (const hymt_q8g *)act;                                                 \
+        size_t ts = act_stride / sizeof(hymt_q8g);                                                      \
+        for (int64_t r = r0; r < r1; r += 16) {                                                         \
+            int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                \
+            __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                        \
+            const uint8_t *wt = w + r * row_bytes;                                                      \
+            for (int64_t b0 = 0; b0 < nb; b0 += STQ1_TILE_BLOCKS) {                                     \
+                int nc = (int)(nb - b0 < STQ1_TILE_BLOCKS ? nb - b0 : STQ1_TILE_BLOCKS);                \
+                for (int c = 0; c < nc; c++) {                                                          \
+                    __m512i rix[16];                                                                    \
+                    for (int i = 0; i < 16; i++) {                                                      \
+                        if (i >= rows) {                                                                \
+                            rix[i] = _mm512_setzero_si512();                                            \
+                            continue;                                                                   \
+                        }                                                                               \
+                        const uint8_t *blk = wt + i * row_bytes + (b0 + c) * STQ1_BYTES;                \
+                        _mm_prefetch((const char *)blk + 16 * row_bytes, _MM_HINT_T0);                  \
+                        _mm_prefetch((const char *)blk + 16 * row_bytes + STQ1_BYTES - 1, _MM_HINT_T0); \
+                        __m512i nib = stq1_nibbles512(blk);                                             \
+                        rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
+                    }                                                                                   \
+                    hymt_transpose16_epi32(rix, ix[c]);                                                 \
+                    _mm512_store_ps(dv[c], hymt_gather_scales(wt, row_offsets, row_mask,                \
+                                                              (b0 + c) * STQ1_BYTES + 38, 1));          \
+                }                                                                                       \
+                for (int64_t t0 = 0; t0 < n;) {                                                         \
+                    int tt = hymt_token_subtile(n - t0);                                                \
+                    for (int t = 0; t < tt; t++)                                                        \
+                        _mm512_store_ps(facc[t], b0 == 0 ? _mm512_setzero_ps()                          \
+                                                         : _mm512_maskz_loadu_ps(row_mask, y + (t0 + t) * y_stride + r)); \
+                    const hymt_q8g *g0 = groups + t0 * ts + b0;                                         \
+                    for (int c = 0; c < nc; c++) {                                                      \
+                        __m512 d = _mm512_load_ps(dv[c]);                                               \
+                        switch (tt) {                                                                   \
+                        case 16: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 16); break;               \
+                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 8); break;                 \
+                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 4); break;                 \
+                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 2); break;                 \
+                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 1); break;                \
+                        }                                                                               \
+                    }                                                                                   \
+                    for (int t = 0; t < tt; t++)                                                        \
+                        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, _mm512_load_ps(facc[t])); \
+                    t0 += tt;                                                                           \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+    }
+
+STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, STQ1_PLANE_TABLE)
+STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, STQ1_PLANE_TABLE16[0])
+
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                     int64_t y_stride) {
     stq1_init_tables();
-    if (hymt_cpu()->avx512vbmi)
+    int vbmi = hymt_cpu()->avx512vbmi;
+    if (n >= HYMT_LOWBIT_BATCH_MIN) {
+        if (vbmi)
+            stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        else
+            stq1_gemm_tiles_bw(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    } else if (vbmi) {
         stq1_gemm_avx512vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
-    else
+    } else {
         stq1_gemm_avx512bw(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    }
 }
 
 /* ---- AVX2: per half-block of 32 groups, pshufb lookups of the sign-0 / sign-1 tables (bit 7 of
