@@ -124,8 +124,9 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
 
     const int64_t nb = cols / 256;
     __m512 acc[HYMT_KQ_RT][HYMT_KQ_TT]; /* [row][token] 16 chunk lanes */
-    for (int64_t r = r0; r < r1; r += HYMT_KQ_RT) {
-        const int rt = r1 - r < HYMT_KQ_RT ? (int)(r1 - r) : HYMT_KQ_RT;
+    const int rt_max = hymt_kq_row_tile(n);
+    for (int64_t r = r0; r < r1; r += rt_max) {
+        const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
             for (int i = 0; i < rt; i++)
@@ -133,9 +134,11 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
             const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
             for (int64_t b = 0; b < nb; b++) {
                 for (int i = 0; i < rt; i++) {
+                    const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
+                    hymt_kq_prefetch(blk);
                     __m512i wq[4];
                     __m512 dsc;
-                    hymt_q6_k_unpack_avx512(w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES, s1, s2, wq, &dsc);
+                    hymt_q6_k_unpack_avx512(blk, s1, s2, wq, &dsc);
                     const hymt_kq8 *g = a0 + b;
                     for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
                         __m512i isum = _mm512_loadu_si512((const void *)g->nb32);
@@ -180,8 +183,9 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_by
     const int64_t nb = cols / 256;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[HYMT_KQ_RT][HYMT_KQ_TT][2]; /* [row][token][lanes 0-7 | 8-15] */
-    for (int64_t r = r0; r < r1; r += HYMT_KQ_RT) {
-        const int rt = r1 - r < HYMT_KQ_RT ? (int)(r1 - r) : HYMT_KQ_RT;
+    const int rt_max = hymt_kq_row_tile(n);
+    for (int64_t r = r0; r < r1; r += rt_max) {
+        const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
             for (int i = 0; i < rt; i++)
@@ -189,9 +193,11 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_by
             const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
             for (int64_t b = 0; b < nb; b++) {
                 for (int i = 0; i < rt; i++) {
+                    const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
+                    hymt_kq_prefetch(blk);
                     __m256i wq[4][2];
                     __m256 dsc[2];
-                    hymt_q6_k_unpack_avx2(w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES, wq, dsc);
+                    hymt_q6_k_unpack_avx2(blk, wq, dsc);
                     const hymt_kq8 *g = a0 + b;
                     for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
                         const __m256 s = _mm256_set1_ps(g->d);
@@ -262,6 +268,7 @@ HYMT_TARGET_DOTPROD static void hymt_gemm_q6_k_dotprod(const uint8_t *w, size_t 
             for (int64_t b = 0; b < nb; b++) {
                 int8x16_t wq[4][4];
                 float32x4_t dsc[4];
+                hymt_kq_prefetch(row + b * HYMT_Q6_K_BYTES);
                 hymt_q6_k_unpack_neon(row + b * HYMT_Q6_K_BYTES, wq, dsc);
                 for (int t = 0; t < tt; t++) {
                     const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)(t0 + t) * act_stride) + b;

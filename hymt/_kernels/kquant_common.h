@@ -27,9 +27,22 @@
 
 /* Tiles of the SIMD kernels: RT rows × TT tokens share one pass over the weight blocks; each block is
  * unpacked once per (row, tile) and its codes stay in registers for all TT tokens. The per-(row,
- * token) accumulators live in a small stack array (L1), so TT can be large. */
+ * token) accumulators live in a small stack array (L1), so TT can be large; the activations of one
+ * block for the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming
+ * dominates, and one row at a time (a single sequential stream per thread) reads fastest. */
 #define HYMT_KQ_RT 8
 #define HYMT_KQ_TT 16
+
+static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
+
+/* Software prefetch of the weight block HYMT_KQ_PREFETCH bytes ahead on the current row: with only
+ * the hardware prefetchers GEMV reached ~70% of the streaming read rate. (Prefetches never fault
+ * and their data is never used unless the kernel reads it, so running past the tensor is harmless.) */
+#define HYMT_KQ_PREFETCH 1024
+
+HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
+    for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH + k, 0, 3);
+}
 
 /* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
  * bytes: a multiple of 64, so every member stays 64-byte aligned in a 64-aligned buffer. */
@@ -43,22 +56,23 @@ typedef struct {
 
 static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_kq8); }
 
-/* cols is a multiple of 256 (whole Q4_K / Q6_K blocks). */
-static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
-    hymt_kq8 *a = (hymt_kq8 *)act;
-    hymt_q8g g;
-    for (int64_t b = 0; b < cols / 256; b++) {
-        hymt_quantize_group_q8g(x + 256 * b, &g);
-        for (int v = 0; v < 4; v++)
-            for (int j = 0; j < 16; j++)
-                for (int e = 0; e < 4; e++) a[b].qs[64 * v + 4 * j + e] = g.qs[16 * j + 4 * v + e];
-        for (int j = 0; j < 16; j++) {
-            a[b].nb32[j] = -32 * (int32_t)g.bsums[j];
-            a[b].bsd[j] = (float)g.bsums[j] * g.d;
-        }
-        a[b].d = g.d;
-        memset(a[b].pad, 0, sizeof a[b].pad);
+/* The per-chunk sums and the scale, from the quantized group (the qs are already stored). */
+static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
+    for (int j = 0; j < 16; j++) {
+        a->nb32[j] = -32 * (int32_t)g->bsums[j];
+        a->bsd[j] = (float)g->bsums[j] * g->d;
     }
+    a->d = g->d;
+    memset(a->pad, 0, sizeof a->pad);
+}
+
+static void hymt_prepare_kq8_group_scalar(const float *x, hymt_kq8 *a) {
+    hymt_q8g g;
+    hymt_quantize_group_q8g(x, &g);
+    for (int v = 0; v < 4; v++)
+        for (int j = 0; j < 16; j++)
+            for (int e = 0; e < 4; e++) a->qs[64 * v + 4 * j + e] = g.qs[16 * j + 4 * v + e];
+    hymt_kq8_sums(&g, a);
 }
 
 /* The activation of natural index i (0..255) in a kq-ordered qs. */
@@ -175,5 +189,73 @@ static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x
     return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
 }
 #endif
+
+/* cols is a multiple of 256 (whole Q4_K / Q6_K blocks). */
+#if defined(HYMT_X86)
+/* The same values as hymt_quantize_group_q8g: max|x| is exact in any order, inverse and scale are
+ * the same two float32 divisions, x × inverse the same product, and vcvtps2dq rounds half to even
+ * like nearbyintf (both follow MXCSR, round-to-nearest), and the clamp comes first (it only acts
+ * when 127 / max overflows, for subnormal groups). Groups with NaN or infinity take the scalar code. */
+HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t cols, uint8_t *act) {
+    static const int chunks[4][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}};
+    int32_t t1[4][16], t2[2][16];
+    hymt_kq_perm_build(chunks, t1, t2);
+    __m512i s1[4], s2[2];
+    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
+    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++, x += 256) {
+        __m512 v[16], amax = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int k = 0; k < 16; k++) {
+            v[k] = _mm512_loadu_ps(x + 16 * k);
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(v[k]));
+            nan |= _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+        }
+        float m = _mm512_reduce_max_ps(amax);
+        if (nan || m > 3.402823466e38f) {
+            hymt_prepare_kq8_group_scalar(x, a + b);
+            continue;
+        }
+        const float inverse = m > 0.0f ? 127.0f / m : 0.0f, d = m > 0.0f ? m / 127.0f : 0.0f;
+        const __m512 inv = _mm512_set1_ps(inverse), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        __m512i nat[4]; /* chunks 4s..4s+3 */
+        for (int s = 0; s < 4; s++) {
+            __m128i c[4];
+            for (int k = 0; k < 4; k++)
+                c[k] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(
+                    _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[4 * s + k], inv), lo), hi)));
+            __m512i z = _mm512_castsi128_si512(c[0]);
+            z = _mm512_inserti32x4(z, c[1], 1);
+            z = _mm512_inserti32x4(z, c[2], 2);
+            nat[s] = _mm512_inserti32x4(z, c[3], 3);
+        }
+        __m512i qs[4];
+        hymt_kq_transpose_avx512(s1, s2, nat[0], nat[1], nat[2], nat[3], qs);
+        const __m512i ones = _mm512_set1_epi8(1);
+        __m512i bsums = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            _mm512_storeu_si512((void *)(a[b].qs + 64 * k), qs[k]);
+            bsums = _mm512_dpbusd_epi32(bsums, ones, qs[k]); /* lane j: Σ of chunk j */
+        }
+        _mm512_storeu_si512((void *)a[b].nb32, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsums, 5)));
+        _mm512_storeu_ps(a[b].bsd, _mm512_mul_ps(_mm512_cvtepi32_ps(bsums), _mm512_set1_ps(d)));
+        a[b].d = d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+#endif
+
+/* One token's activations for the Q4_K / Q6_K int8 GEMMs; every variant stores the same bytes. */
+static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
+#if defined(HYMT_X86)
+    if (hymt_active_isa == HYMT_ISA_AVX512) {
+        hymt_prepare_kq8_avx512(x, cols, act);
+        return;
+    }
+#endif
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++) hymt_prepare_kq8_group_scalar(x + 256 * b, a + b);
+}
 
 #endif /* HYMT_KQUANT_COMMON_H */
