@@ -259,13 +259,6 @@ class GenerationStream:
             if delta:
                 yield delta
 
-    def result(self) -> Completion:
-        """Run to the end (discarding deltas) and return the completion."""
-        for _ in self._deltas:
-            pass
-        assert self.generation.completion is not None
-        return self.generation.completion
-
 
 def generate(
     model: Any,
