@@ -222,9 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "control_socket_disable": True,
         "post_worker_init": _log_listening,
     }
+    master = os.getpid()
     try:
         _Application(options, lambda: _load_app(config, str(path), profile)).run()
     except SystemExit as exc:
+        if os.getpid() != master:
+            raise  # the forked worker leaving: its exit code tells the master why
         code = exc.code if isinstance(exc.code, int) else 1
         # The worker printed `error: …` when the model failed to load.
         return 1 if code in (Arbiter.WORKER_BOOT_ERROR, Arbiter.APP_LOAD_ERROR) else code

@@ -83,7 +83,9 @@ class LiveServer:
 class StalledStream:
     """A streaming request whose client reads the response head and first event, then stops reading."""
 
-    def __init__(self, server: LiveServer, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, server: LiveServer, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.settimeout(10)
@@ -91,7 +93,9 @@ class StalledStream:
         payload = json.dumps(body or LONG_STREAM).encode()
         head = (
             "POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n"
+            f"Content-Length: {len(payload)}\r\n"
+            + "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+            + "\r\n"
         )
         self.sock.sendall(head.encode() + payload)
         self.received = b""
