@@ -15,6 +15,7 @@ import pytest
 
 import hymt.kernels as kernels
 import hymt.quant as quant
+from hymt._kernels import quant as _quant
 from hymt.errors import KernelError
 from hymt.gguf import GGUFFile, GGUFWriter
 
@@ -332,6 +333,26 @@ def test_int8_product_extreme_codes_scales_and_activations(dtype: str) -> None:
     ref, magnitude = int8_reference(w, x)
     finite = np.isfinite(ref)
     assert np.all(np.abs(scalar[finite].astype(np.float64) - ref[finite]) <= 1e-5 * magnitude[finite] + 1e-30)
+
+
+@pytest.mark.skipif(
+    "avx512" not in ISAS or not kernels.cpu_features()["avx512vbmi"], reason="needs AVX-512 with VBMI"
+)
+@pytest.mark.parametrize("n", [1, 3, 4, 21])
+def test_stq1_avx512_without_vbmi_equals_scalar(n: int) -> None:
+    """The plain AVX-512BW lookups (what AVX-512 CPUs without VBMI run) against the scalar reference."""
+    rng = np.random.default_rng(8)
+    w = random_weight("STQ1_0", 37, 1536, rng)
+    x = activations(n, 1536, rng)
+    scalar = matmul_isa("scalar", w, x)
+    _quant._allow_vbmi(False)
+    try:
+        assert not kernels.cpu_features()["avx512vbmi"]
+        bw = matmul_isa("avx512", w, x)
+    finally:
+        _quant._allow_vbmi(True)
+    assert_same_floats(bw, scalar)
+    assert_same_floats(matmul_isa("avx512", w, x), scalar)
 
 
 @pytest.mark.parametrize("dtype", FORMATS)
