@@ -15,7 +15,9 @@
  *   y = tree16(acc): b[i] = acc[i] + acc[i+8]; c[i] = b[i] + b[i+4]; e[i] = c[i] + c[i+2]; e[0] + e[1]
  *
  * The VNNI kernel feeds vpdpbusd unsigned weights q_w + 128 (a xor) and starts each lane from
- * −128 · Σ of its 4 activations (nsum4, prepared once per token), which gives part exactly.
+ * bias4 = 0x4B400000 − 128 · Σ of its 4 activations (prepared once per token): the result is then the
+ * float32 bit pattern of 1.5·2^23 + part (exact, |part| ≤ 65024 < 2^22), so f32(part) is one exact
+ * subtraction instead of a conversion on the busy port 0.
  * Float path: decode 8 blocks (256 floats) at a time and sum the chunk dots. */
 #ifndef HYMT_FMT_Q8_0_H
 #define HYMT_FMT_Q8_0_H
@@ -30,7 +32,7 @@
  * of every group stays 64-byte aligned in a 64-aligned buffer). */
 typedef struct {
     int8_t qs[256];    /* quantized activations (§3.4, exactly hymt_quantize_group_q8g) */
-    int32_t nsum4[64]; /* −128 × (qs[4k] + qs[4k+1] + qs[4k+2] + qs[4k+3]) */
+    int32_t bias4[64]; /* 0x4B400000 − 128 × (qs[4k] + qs[4k+1] + qs[4k+2] + qs[4k+3]) */
     float d;           /* activation scale s */
     uint8_t pad[60];
 } hymt_q8_0_act;
@@ -64,7 +66,7 @@ static void hymt_prepare_q8_0(const float *x, int64_t cols, uint8_t *act) {
         hymt_quantize_group_q8g(x + 256 * b, &g);
         memcpy(a[b].qs, g.qs, 256);
         for (int k = 0; k < 64; k++)
-            a[b].nsum4[k] = -128 * (g.qs[4 * k] + g.qs[4 * k + 1] + g.qs[4 * k + 2] + g.qs[4 * k + 3]);
+            a[b].bias4[k] = 0x4B400000 - 128 * (g.qs[4 * k] + g.qs[4 * k + 1] + g.qs[4 * k + 2] + g.qs[4 * k + 3]);
         a[b].d = g.d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -109,6 +111,13 @@ static void hymt_gemm_q8_0_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 }
 
 #if defined(HYMT_X86)
+/* The 8 block scales of one row's group as float32, lanes 0..7 of a zmm (8 scalar loads, one convert). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_q8_0_group_scales(const uint8_t *group) {
+    uint16_t d16[8];
+    for (int j = 0; j < 8; j++) d16[j] = hymt_load_u16(group + j * HYMT_Q8_0_BYTES);
+    return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16)));
+}
+
 /* AVX-512 VNNI: a tile of RT rows × TT tokens; per pair of blocks one 64-byte vpdpbusd per (row,
  * token), lanes 0–7 the even block, 8–15 the odd one — exactly the 16 lanes of the definition. */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
@@ -116,6 +125,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const uint8_t *w, size
                                                            int64_t groups, float *y, int64_t y_stride,
                                                            const int RT, const int TT) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5·2^23 */
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
@@ -129,17 +139,19 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const uint8_t *w, size
     for (int k = 0; k < TT; k++) acts[k] = (const hymt_q8_0_act *)(act + (size_t)(t + k) * act_stride);
 
     for (int64_t g = 0; g < groups; g++) {
-        __m512 inner[4][4];
+        __m512 inner[4][4], dg[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
+        for (int i = 0; i < RT; i++) {
+            dg[i] = hymt_q8_0_group_scales(rows[i] + (size_t)(8 * g) * HYMT_Q8_0_BYTES);
 #pragma GCC unroll 4
             for (int k = 0; k < TT; k++) inner[i][k] = _mm512_setzero_ps();
-        float dv[4][8]; /* [RT][8] block scales of this group */
+        }
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
-            for (int j = 0; j < 8; j++)
-                dv[i][j] = _cvtsh_ss(hymt_load_u16(rows[i] + (size_t)(8 * g + j) * HYMT_Q8_0_BYTES));
         for (int p = 0; p < 4; p++) {
+            /* lanes 0–7 take the scale of block 2p, lanes 8–15 that of block 2p + 1 */
+            const __m512i pick = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                                  2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
+                                                  2 * p, 2 * p);
             __m512i wq[4];
             __m512 dw[4];
 #pragma GCC unroll 4
@@ -148,16 +160,20 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const uint8_t *w, size
                 __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2)));
                 v = _mm512_inserti64x4(v, _mm256_loadu_si256((const __m256i *)(blk + 2 + HYMT_Q8_0_BYTES)), 1);
                 wq[i] = _mm512_xor_si512(v, bias);
-                dw[i] = _mm512_mask_mov_ps(_mm512_set1_ps(dv[i][2 * p]), 0xff00, _mm512_set1_ps(dv[i][2 * p + 1]));
+                dw[i] = _mm512_permutexvar_ps(pick, dg[i]);
             }
 #pragma GCC unroll 4
             for (int k = 0; k < TT; k++) {
                 const __m512i av = _mm512_load_si512((const void *)(acts[k][g].qs + 64 * p));
-                const __m512i cv = _mm512_load_si512((const void *)(acts[k][g].nsum4 + 16 * p));
+                const int32_t *b4 = acts[k][g].bias4 + 16 * p;
 #pragma GCC unroll 4
                 for (int i = 0; i < RT; i++) {
-                    __m512i part = _mm512_dpbusd_epi32(cv, wq[i], av);
-                    inner[i][k] = _mm512_fmadd_ps(dw[i], _mm512_cvtepi32_ps(part), inner[i][k]);
+                    /* A fresh load of the accumulator start for every (row, token): a load port instead
+                     * of a register copy on the vector ports (the barrier stops the compiler merging). */
+                    __asm__ volatile("" ::: "memory");
+                    __m512i part = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)b4), wq[i], av);
+                    __m512 f = _mm512_sub_ps(_mm512_castsi512_ps(part), magic);
+                    inner[i][k] = _mm512_fmadd_ps(dw[i], f, inner[i][k]);
                 }
             }
         }
@@ -180,26 +196,34 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const uint8_t *w, size
         int64_t groups, float *y, int64_t y_stride) {                                                      \
         hymt_q8_0_tile_avx512(w, row_bytes, r, act, act_stride, t, groups, y, y_stride, RT, TT);           \
     }
-HYMT_Q8_0_TILE(4, 2)
 HYMT_Q8_0_TILE(4, 1)
-HYMT_Q8_0_TILE(1, 2)
+HYMT_Q8_0_TILE(2, 4)
+HYMT_Q8_0_TILE(2, 1)
+HYMT_Q8_0_TILE(1, 4)
 HYMT_Q8_0_TILE(1, 1)
 #undef HYMT_Q8_0_TILE
 
+/* GEMV: 4 rows per tile (4 weight streams in flight). Batched: 2 rows × 4 tokens, so each weight pair
+ * is loaded and prepared once per 4 tokens; the row pair stays in L1 across all token tiles. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     int64_t groups = cols / 256;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
+    if (n == 1) {
+        for (; r + 4 <= r1; r += 4) hymt_q8_0_tile_avx512_4x1(w, row_bytes, r, act, act_stride, 0, groups, y, y_stride);
+        for (; r < r1; r++) hymt_q8_0_tile_avx512_1x1(w, row_bytes, r, act, act_stride, 0, groups, y, y_stride);
+        return;
+    }
+    for (; r + 2 <= r1; r += 2) {
         int64_t t = 0;
-        for (; t + 2 <= n; t += 2) hymt_q8_0_tile_avx512_4x2(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
-        if (t < n) hymt_q8_0_tile_avx512_4x1(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
+        for (; t + 4 <= n; t += 4) hymt_q8_0_tile_avx512_2x4(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
+        for (; t < n; t++) hymt_q8_0_tile_avx512_2x1(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
     }
     for (; r < r1; r++) {
         int64_t t = 0;
-        for (; t + 2 <= n; t += 2) hymt_q8_0_tile_avx512_1x2(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
-        if (t < n) hymt_q8_0_tile_avx512_1x1(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
+        for (; t + 4 <= n; t += 4) hymt_q8_0_tile_avx512_1x4(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
+        for (; t < n; t++) hymt_q8_0_tile_avx512_1x1(w, row_bytes, r, act, act_stride, t, groups, y, y_stride);
     }
 }
 

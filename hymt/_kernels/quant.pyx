@@ -7,6 +7,7 @@ without the GIL. ``hymt.quant`` and ``hymt.kernels`` are the public faces of thi
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc
 
 from hymt.errors import KernelError
 
@@ -60,6 +61,7 @@ cdef extern from "matmul.h" nogil:
                                  float *y, int float_path)
 
 cdef extern from "bench.h" nogil:
+    double hymt_now()
     double hymt_bench_read(const uint8_t *buf, size_t nbytes, int reps, int nt, uint64_t *sink)
     double hymt_bench_int8_peak(int64_t iters, int nt, int64_t *macs, uint64_t *sink)
 
@@ -109,6 +111,21 @@ def cpu_features():
         "avx512vnni": bool(f.avx512vnni), "avx512vbmi": bool(f.avx512vbmi), "neon": bool(f.neon),
         "dotprod": bool(f.dotprod),
     }
+
+
+cdef int _detected_vbmi = -1
+
+
+def _allow_vbmi(bint allowed):
+    """Tests: with False, the avx512 kernels that can use VBMI (vpermb) run their plain AVX-512BW variants
+    (what an AVX-512 CPU without VBMI runs); True restores the detected feature. Returns the previous value."""
+    cdef hymt_cpu_features *f = <hymt_cpu_features *>hymt_cpu()
+    global _detected_vbmi
+    if _detected_vbmi < 0:
+        _detected_vbmi = f.avx512vbmi
+    previous = bool(f.avx512vbmi)
+    f.avx512vbmi = _detected_vbmi if allowed else 0
+    return previous
 
 
 def set_num_threads(int n):
@@ -328,6 +345,54 @@ def bench_int8_peak(int64_t iters, int threads):
     with nogil:
         seconds = hymt_bench_int8_peak(iters, threads, &macs, &sink)
     return seconds, macs
+
+
+def bench_matmul(list weights, const float[:, ::1] x, float[::1] out, int64_t calls, bint float_path=False):
+    """Run ``calls`` products cycling through ``weights`` = [(dtype, raw, rows, cols)], timed in C with no
+    Python between calls (the benchmark's view of the kernels plus the driver). ``out`` holds at least
+    n × max(rows) floats. Returns (seconds per weight, calls per weight) as lists."""
+    cdef int64_t count = len(weights)
+    cdef int64_t n = x.shape[0]
+    if count == 0 or n == 0:
+        raise KernelError("bench_matmul: nothing to run")
+    cdef const hymt_format **fmts = <const hymt_format **>malloc(count * sizeof(void *))
+    cdef const uint8_t **ptrs = <const uint8_t **>malloc(count * sizeof(void *))
+    cdef int64_t *rows = <int64_t *>malloc(count * sizeof(int64_t))
+    cdef double *seconds = <double *>malloc(count * sizeof(double))
+    cdef int64_t *done = <int64_t *>malloc(count * sizeof(int64_t))
+    cdef const uint8_t[::1] raw
+    cdef int64_t i, k, cols = x.shape[1]
+    cdef double t0
+    cdef int status = 0
+    try:
+        if fmts == NULL or ptrs == NULL or rows == NULL or seconds == NULL or done == NULL:
+            raise MemoryError()
+        for i in range(count):
+            dtype, raw, r, c = weights[i]
+            fmts[i] = _format(dtype)
+            _check_matrix(fmts[i], dtype, "bench", raw, r, c)
+            if c != cols or r * n > out.shape[0]:
+                raise KernelError("bench_matmul: shapes do not match")
+            ptrs[i] = &raw[0]
+            rows[i] = r
+            seconds[i] = 0.0
+            done[i] = 0
+        with nogil:
+            for k in range(calls):
+                i = k % count
+                t0 = hymt_now()
+                status |= hymt_matmul(fmts[i], ptrs[i], rows[i], cols, &x[0, 0], n, &out[0], float_path)
+                seconds[i] += hymt_now() - t0
+                done[i] += 1
+        if status != 0:
+            raise MemoryError("kernel scratch allocation failed")
+        return [seconds[i] for i in range(count)], [done[i] for i in range(count)]
+    finally:
+        free(fmts)
+        free(ptrs)
+        free(rows)
+        free(seconds)
+        free(done)
 
 
 # The best family until hymt.kernels applies HYMT_ISA.
