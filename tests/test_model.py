@@ -13,7 +13,7 @@ from hymt import kernels
 from hymt.errors import HymtError, ModelError
 from hymt.gguf import GGUFFile, GGUFValueType, GGUFWriter
 from hymt.model import ModelConfig
-from hymt.synthetic import write_tiny_fixture
+from hymt.synthetic import write_synthetic_model, write_tiny_fixture
 
 VALUE_TYPES = {
     np.dtype(np.uint8): GGUFValueType.UINT8,
@@ -416,3 +416,94 @@ def test_thread_count_does_not_change_logits(fixtures):
         kernels.set_num_threads(previous)
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[0], results[2])
+
+
+# --- small synthetic models in every format vs float64 ------------------------------------------------
+
+PROFILES = {"q2_0c": "tencent-q2-0c", "stq1": "tencent-stq1"}
+SYNTHETIC = [("tiny", fmt) for fmt in ("f32", "f16", "q8_0", "q4_k", "q6_k", "q2_0c", "stq1")] + [
+    ("tiny-moe", fmt) for fmt in ("f32", "f16", "q8_0", "q4_k", "q6_k")
+]
+PROMPT, STEPS = 32, 16
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """(preset, fmt) -> (path, profile, tokens, float64 logits at the last prompt token and each step)."""
+    root = tmp_path_factory.mktemp("synthetic")
+    cache: dict[tuple[str, str], tuple] = {}
+
+    def get(preset: str, fmt: str):
+        if (preset, fmt) not in cache:
+            path = write_synthetic_model(root / f"{preset}-{fmt}.gguf", preset, fmt, seed=3)
+            profile = PROFILES.get(fmt, "auto")
+            tokens = [int(t) for t in np.random.default_rng(5).integers(0, 512, PROMPT + STEPS)]
+            ref = ReferenceModel(path, profile)
+            exact = ref.logits(tokens)[PROMPT - 1 :]
+            ref.close()
+            cache[(preset, fmt)] = (path, profile, tokens, exact)
+        return cache[(preset, fmt)]
+
+    return get
+
+
+def teacher_forced(model: hymt.Model, tokens: list[int]) -> np.ndarray:
+    """Logits after the prompt and after each of the STEPS single-token forwards: [STEPS + 1, vocab]."""
+    session = model.new_session(PROMPT + STEPS)
+    rows = [model.prefill(session, tokens[:PROMPT])]
+    rows += [model.forward(session, [t]) for t in tokens[PROMPT:]]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(("preset", "fmt"), SYNTHETIC)
+def test_synthetic_matches_float64(synthetic, preset, fmt):
+    """Float-activation path: relative L2 <= 1e-4 and the same argmax at every step. Default path (int8
+    activations for quantized formats) reported; llama.cpp's own distance is its bar in -m reference.
+    MoE: activation rounding flips near-tied expert choices at some steps, so only the median is bounded."""
+    path, profile, tokens, exact = synthetic(preset, fmt)
+    previous = kernels.get_num_threads()
+    kernels.set_num_threads(1)  # thread invariance is tested below; one thread keeps a busy machine quick
+    try:
+        logits = teacher_forced(hymt.load(path, profile, float_path=True), tokens)
+        default = teacher_forced(hymt.load(path, profile), tokens)
+    finally:
+        kernels.set_num_threads(previous)
+    for ours, expected in zip(logits, exact, strict=True):
+        assert relative_l2(ours, expected) <= 1e-4
+        assert int(np.argmax(ours)) == int(np.argmax(expected))
+    distances = [relative_l2(ours, expected) for ours, expected in zip(default, exact, strict=True)]
+    print(
+        f"{preset} {fmt}: default path relative L2 to float64 median {np.median(distances):.5f} max {max(distances):.5f}"
+    )
+    if fmt in ("f32", "f16"):
+        assert max(distances) <= 1e-4
+    else:
+        assert (float(np.median(distances)) if preset == "tiny-moe" else max(distances)) <= 0.2
+
+
+@pytest.mark.parametrize(("preset", "fmt"), [("tiny", "stq1"), ("tiny", "q4_k"), ("tiny-moe", "q8_0")])
+def test_synthetic_batched_equals_solo_and_threads(synthetic, preset, fmt):
+    """int8 path: batched sessions at different positions get bit-identical logits; any thread count."""
+    path, profile, tokens, _ = synthetic(preset, fmt)
+    model = hymt.load(path, profile)
+    chunks = [tokens[0:7], tokens[7:8], tokens[8:40]]
+
+    def run(batched: bool) -> list[np.ndarray]:
+        sessions = [model.new_session(64) for _ in chunks]
+        model.forward(sessions[1], tokens[40:45])  # start at different positions
+        model.forward(sessions[2], tokens[45:46])
+        if batched:
+            return model.forward(list(zip(sessions, chunks, strict=True)))
+        return [model.forward(s, c) for s, c in zip(sessions, chunks, strict=True)]
+
+    previous = kernels.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 4):
+            kernels.set_num_threads(threads)
+            results += [run(False), run(True)]
+    finally:
+        kernels.set_num_threads(previous)
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)
