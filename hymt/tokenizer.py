@@ -237,7 +237,11 @@ class Tokenizer:
 
     def _bpe(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-token piece: merge the lowest-rank adjacent pair (leftmost on ties) until none."""
-        word = piece.encode("utf-8").decode("latin-1").translate(_FROM_LATIN1)
+        try:
+            raw = piece.encode("utf-8")
+        except UnicodeEncodeError:  # JSON can carry "\ud800"; UTF-8 (and the official tokenizers) cannot
+            raise TokenizerError("text contains a lone surrogate code point") from None
+        word = raw.decode("latin-1").translate(_FROM_LATIN1)
         vocab = self._vocab
         if len(word) == 1:
             symbols = [word]

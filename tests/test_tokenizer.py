@@ -396,6 +396,11 @@ def test_construction_errors(overrides, message):
     assert str(error.value) == message
 
 
+def test_lone_surrogates_are_an_error():
+    with pytest.raises(TokenizerError, match="^text contains a lone surrogate code point$"):
+        _small().encode("ok \ud800 no")
+
+
 def test_out_of_range_ids():
     tok = _small()
     for bad in (-1, 263, 10**9):
