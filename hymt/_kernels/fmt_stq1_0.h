@@ -134,21 +134,41 @@ static void hymt_gemm_stq1_0_scalar(const uint8_t *w, size_t row_bytes, int64_t 
 /* ---- AVX-512 ---- */
 #if defined(HYMT_X86)
 
-/* Lane-plane tables: byte i = lane p of codebook entry i & 31 (64 entries for vpermb; the pshufb
- * variant uses entries 0..15 (sign 0) and 16..31 (sign 1) broadcast to every 16-byte lane). */
-static uint8_t STQ1_PLANE_TABLE[4][64];
-static uint8_t STQ1_PLANE_TABLE16[2][4][64]; /* [sign][plane][4 × 16] */
-
-static void stq1_init_tables(void) {
-    static int ready = 0;
-    if (ready) return;
-    for (int p = 0; p < 4; p++)
-        for (int i = 0; i < 64; i++) {
-            STQ1_PLANE_TABLE[p][i] = (STQ1_CODEBOOK[i & 31] >> (2 * p)) & 3;
-            for (int s = 0; s < 2; s++) STQ1_PLANE_TABLE16[s][p][i] = (STQ1_CODEBOOK[16 * s + (i & 15)] >> (2 * p)) & 3;
-        }
-    ready = 1; /* benign race: every thread writes the same bytes */
-}
+/* Lane-plane tables (generated from STQ1_CODEBOOK): STQ1_PLANE_TABLE[p][i] = lane p of entry i & 31
+ * (64 entries for vpermb, whose index keeps 6 bits); STQ1_PLANE_TABLE16[s][p] = lane p of entries
+ * 16s..16s+15 repeated in every 16-byte lane (vpshufb). */
+static const uint8_t STQ1_PLANE_TABLE[4][64] = {
+    {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+     1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2,
+     2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2},
+    {2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2,
+     2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2},
+    {2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1,
+     2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1},
+};
+static const uint8_t STQ1_PLANE_TABLE16[2][4][64] = {
+    {
+        {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+         1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
+        {2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0,
+         2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0},
+        {2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0,
+         2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0},
+        {2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1,
+         2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1},
+    },
+    {
+        {1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+         1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2,
+         0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2},
+        {0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2,
+         0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2},
+        {0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1,
+         0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1},
+    },
+};
 
 /* The 64 nibbles of a block in group order, one per byte: word i of the zero-extended bytes holds
  * byte i; (w | w << 4) & 0x0f0f puts its low nibble (group 2i) in the low byte and its high nibble
@@ -360,7 +380,6 @@ STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, STQ1_PLANE
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                     int64_t y_stride) {
-    stq1_init_tables();
     int vbmi = hymt_cpu()->avx512vbmi;
     if (n >= HYMT_LOWBIT_BATCH_MIN) {
         if (vbmi)
@@ -380,7 +399,6 @@ static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t 
 HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                    const uint8_t *act, size_t act_stride, int64_t n,
                                                    int64_t cols, float *y, int64_t y_stride) {
-    stq1_init_tables();
     int64_t nb = cols / STQ1_BLOCK;
     __m256i tab0[4], tab1[4];
     for (int p = 0; p < 4; p++) {
