@@ -347,41 +347,44 @@ def bench_int8_peak(int64_t iters, int threads):
     return seconds, macs
 
 
-def bench_matmul(list weights, const float[:, ::1] x, float[::1] out, int64_t calls, bint float_path=False):
-    """Run ``calls`` products cycling through ``weights`` = [(dtype, raw, rows, cols)], timed in C with no
-    Python between calls (the benchmark's view of the kernels plus the driver). ``out`` holds at least
-    n × max(rows) floats. Returns (seconds per weight, calls per weight) as lists."""
+def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, int64_t start, int64_t calls,
+                 bint float_path=False):
+    """Run ``calls`` products cycling through ``weights`` = [(dtype, raw, rows, cols)] from index ``start``,
+    timed in C with no Python between calls (the kernels plus the driver). Weight i reads x as [n, cols_i];
+    ``x`` and ``out`` hold at least n × max(cols) and n × max(rows) floats. Returns (seconds per weight,
+    calls per weight) as lists."""
     cdef int64_t count = len(weights)
-    cdef int64_t n = x.shape[0]
-    if count == 0 or n == 0:
+    if count == 0 or n < 1:
         raise KernelError("bench_matmul: nothing to run")
     cdef const hymt_format **fmts = <const hymt_format **>malloc(count * sizeof(void *))
     cdef const uint8_t **ptrs = <const uint8_t **>malloc(count * sizeof(void *))
     cdef int64_t *rows = <int64_t *>malloc(count * sizeof(int64_t))
+    cdef int64_t *colss = <int64_t *>malloc(count * sizeof(int64_t))
     cdef double *seconds = <double *>malloc(count * sizeof(double))
     cdef int64_t *done = <int64_t *>malloc(count * sizeof(int64_t))
     cdef const uint8_t[::1] raw
-    cdef int64_t i, k, cols = x.shape[1]
+    cdef int64_t i, k
     cdef double t0
     cdef int status = 0
     try:
-        if fmts == NULL or ptrs == NULL or rows == NULL or seconds == NULL or done == NULL:
+        if fmts == NULL or ptrs == NULL or rows == NULL or colss == NULL or seconds == NULL or done == NULL:
             raise MemoryError()
         for i in range(count):
             dtype, raw, r, c = weights[i]
             fmts[i] = _format(dtype)
             _check_matrix(fmts[i], dtype, "bench", raw, r, c)
-            if c != cols or r * n > out.shape[0]:
-                raise KernelError("bench_matmul: shapes do not match")
+            if c * n > x.shape[0] or r * n > out.shape[0]:
+                raise KernelError("bench_matmul: x or out too small")
             ptrs[i] = &raw[0]
             rows[i] = r
+            colss[i] = c
             seconds[i] = 0.0
             done[i] = 0
         with nogil:
-            for k in range(calls):
+            for k in range(start, start + calls):
                 i = k % count
                 t0 = hymt_now()
-                status |= hymt_matmul(fmts[i], ptrs[i], rows[i], cols, &x[0, 0], n, &out[0], float_path)
+                status |= hymt_matmul(fmts[i], ptrs[i], rows[i], colss[i], &x[0], n, &out[0], float_path)
                 seconds[i] += hymt_now() - t0
                 done[i] += 1
         if status != 0:
@@ -391,6 +394,7 @@ def bench_matmul(list weights, const float[:, ::1] x, float[::1] out, int64_t ca
         free(fmts)
         free(ptrs)
         free(rows)
+        free(colss)
         free(seconds)
         free(done)
 
