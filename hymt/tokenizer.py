@@ -12,6 +12,7 @@ tokens produce no text. BPE runs per pre-token piece and is cached, so real text
 
 from __future__ import annotations
 
+import heapq
 import operator
 import re
 from collections.abc import Iterable, Sequence
@@ -50,6 +51,8 @@ END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "token
 
 # Distinct pre-token pieces remembered by one tokenizer; the cache is emptied when it reaches this size.
 CACHE_LIMIT = 1 << 16
+# Pieces longer than this (in bytes) use the O(n log n) heap merge and are not cached.
+LONG_PIECE = 128
 
 
 def _byte_encoder() -> tuple[str, ...]:
@@ -230,9 +233,10 @@ class Tokenizer:
             piece_ids = cache.get(piece)
             if piece_ids is None:
                 piece_ids = self._bpe(piece)
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                cache[piece] = piece_ids
+                if len(piece) <= LONG_PIECE:  # long pieces rarely repeat: not worth their memory
+                    if len(cache) >= CACHE_LIMIT:
+                        cache.clear()
+                    cache[piece] = piece_ids
             ids.extend(piece_ids)
 
     def _bpe(self, piece: str) -> tuple[int, ...]:
@@ -241,35 +245,77 @@ class Tokenizer:
             raw = piece.encode("utf-8")
         except UnicodeEncodeError:  # JSON can carry "\ud800"; UTF-8 (and the official tokenizers) cannot
             raise TokenizerError("text contains a lone surrogate code point") from None
-        word = raw.decode("latin-1").translate(_FROM_LATIN1)
+        symbols = list(raw.decode("latin-1").translate(_FROM_LATIN1))
+        if len(symbols) > LONG_PIECE:
+            symbols = self._merge_long(symbols)
+        elif len(symbols) > 1:
+            self._merge_short(symbols)
         vocab = self._vocab
-        if len(word) == 1:
-            symbols = [word]
-        else:
-            rank_of = self._ranks.get
-            none = self._no_rank
-            symbols = list(word)
-            # pair_ranks[j] = rank of (symbols[j], symbols[j + 1]); a trailing sentinel keeps min() defined.
-            pair_ranks = [rank_of(a + " " + b, none) for a, b in zip(symbols, symbols[1:], strict=False)]
-            pair_ranks.append(none)
-            while True:
-                best = min(pair_ranks)
-                if best == none:
-                    break
-                i = pair_ranks.index(best)  # first occurrence = leftmost
-                merged = symbols[i] + symbols[i + 1]
-                symbols[i : i + 2] = (merged,)
-                del pair_ranks[i]
-                if i + 1 < len(symbols):
-                    pair_ranks[i] = rank_of(merged + " " + symbols[i + 1], none)
-                if i:
-                    pair_ranks[i - 1] = rank_of(symbols[i - 1] + " " + merged, none)
         try:
             return tuple([vocab[s] for s in symbols])
         except KeyError as missing:
             raise TokenizerError(
-                f"the vocabulary has no token for the BPE symbol {missing.args[0]!r} of {piece!r}"
+                f"the vocabulary has no token for the BPE symbol {missing.args[0]!r} of {piece[:100]!r}"
             ) from None
+
+    def _merge_short(self, symbols: list[str]) -> None:
+        """In place. O(n) per merge, but C-level min/index over a list: fastest for word-sized pieces."""
+        rank_of = self._ranks.get
+        none = self._no_rank
+        # pair_ranks[j] = rank of (symbols[j], symbols[j + 1]); a trailing sentinel keeps min() defined.
+        pair_ranks = [rank_of(a + " " + b, none) for a, b in zip(symbols, symbols[1:], strict=False)]
+        pair_ranks.append(none)
+        while True:
+            best = min(pair_ranks)
+            if best == none:
+                return
+            i = pair_ranks.index(best)  # first occurrence = leftmost
+            merged = symbols[i] + symbols[i + 1]
+            symbols[i : i + 2] = (merged,)
+            del pair_ranks[i]
+            if i + 1 < len(symbols):
+                pair_ranks[i] = rank_of(merged + " " + symbols[i + 1], none)
+            if i:
+                pair_ranks[i - 1] = rank_of(symbols[i - 1] + " " + merged, none)
+
+    def _merge_long(self, symbols: list[str]) -> list[str]:
+        """The same merges in O(n log n) for long pieces (a 1 MB word without spaces is one piece).
+
+        A heap of `rank << 32 | position` over a linked list of symbols; positions are original byte
+        indices, so heap order is "lowest rank, leftmost first". A popped entry is current exactly when its
+        position still starts a pair with that rank (ranks identify pairs), otherwise it is skipped.
+        """
+        rank_of = self._ranks.get
+        n = len(symbols)
+        right = [*range(1, n), -1]  # next live symbol, -1 at the end
+        left = list(range(-1, n - 1))  # previous live symbol, -1 at the start
+        heap = []
+        for i in range(n - 1):
+            rank = rank_of(symbols[i] + " " + symbols[i + 1])
+            if rank is not None:
+                heap.append(rank << 32 | i)
+        heapq.heapify(heap)
+        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        while heap:
+            entry = pop(heap)
+            i = entry & low
+            j = right[i]
+            if j == -1 or symbols[i] is None or rank_of(symbols[i] + " " + symbols[j]) != entry >> 32:
+                continue
+            merged = symbols[i] = symbols[i] + symbols[j]
+            symbols[j] = None  # merged away
+            k = right[i] = right[j]
+            if k != -1:
+                left[k] = i
+                rank = rank_of(merged + " " + symbols[k])
+                if rank is not None:
+                    push(heap, rank << 32 | i)
+            h = left[i]
+            if h != -1:
+                rank = rank_of(symbols[h] + " " + merged)
+                if rank is not None:
+                    push(heap, rank << 32 | h)
+        return [s for s in symbols if s is not None]
 
     # ---- decoding -------------------------------------------------------------------------------------
 

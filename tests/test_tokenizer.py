@@ -307,6 +307,28 @@ def test_matches_hugging_face_pipeline(vocab_7b, hf_reference, pre):
             assert ours.decode(ours.encode(text)) == text
 
 
+@pytest.mark.parametrize("pre", ["hunyuan", "hunyuan-dense"])
+def test_long_pieces_match_hugging_face_pipeline(vocab_7b, hf_reference, pre):
+    """Pieces over 128 bytes take the heap merge path: 1 MB-scale words must not be quadratic, or wrong."""
+    rng = random.Random(99)
+    alphabets = [
+        "abcdefghijklmnopqrstuvwxyz",
+        "aaab",
+        "你好世界机器翻译",
+        "ひらがなカタカナ",
+        "абвгд",
+        "😀👍🏽",
+        "é\u0301ß",
+    ]
+    texts = [
+        "".join(rng.choice(a) for _ in range(rng.randint(100, 3000))) for a in alphabets for _ in range(4)
+    ]
+    texts.append("x" * 20000 + " " + "字" * 5000)
+    ours = _tokenizer(vocab_7b, pre)
+    reference = [e.ids for e in hf_reference(pre).encode_batch(texts, add_special_tokens=False)]
+    assert [ours.encode(t) for t in texts] == reference
+
+
 def test_cache_does_not_change_results(vocab_7b):
     tok = _tokenizer(vocab_7b, "hunyuan-dense")
     text = random_text(random.Random(5)) * 3
