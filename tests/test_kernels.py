@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -202,3 +204,40 @@ def test_roofline_probes_run() -> None:
     assert seconds > 0
     if kernels.isa() in ("avx512", "avx2"):
         assert macs > 0
+
+
+# ---- NEON, cross-compiled and run under qemu-user --------------------------------------------------------
+
+CROSS_CC = shutil.which("aarch64-linux-gnu-gcc")
+QEMU = shutil.which("qemu-aarch64")
+SYSROOT = Path("/usr/aarch64-linux-gnu")
+
+
+@pytest.mark.skipif(
+    platform.machine() == "aarch64" or not (CROSS_CC and QEMU and SYSROOT.is_dir()),
+    reason="needs aarch64-linux-gnu-gcc and qemu-aarch64 (the NEON family cannot run natively here)",
+)
+def test_neon_kernels_match_scalar_under_qemu(tmp_path: Path) -> None:
+    """tests/c/isa_check.c: every registered int8 GEMM under NEON (SDOT, and a core without dotprod
+    falling back to scalar) vs the scalar reference bit for bit, dot lengths, F16 conversion."""
+    binary = tmp_path / "isa_check"
+    build = subprocess.run(
+        [CROSS_CC, "-O2", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Werror",
+         "-Wno-unused-function", "-fopenmp", f"-I{REPO / 'hymt' / '_kernels'}",
+         str(REPO / "tests" / "c" / "isa_check.c"), "-o", str(binary), "-lm"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    for cpu, dotprod in (("max", 1), ("cortex-a53", 0)):
+        result = subprocess.run(
+            [QEMU, "-cpu", cpu, "-L", str(SYSROOT), str(binary), "3"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"INFO isa 3, dotprod {dotprod}" in result.stdout
+        lines = result.stdout.splitlines()
+        assert sum(line.startswith("OK ") for line in lines) >= 12 and not any(
+            "FAIL" in line for line in lines
+        )

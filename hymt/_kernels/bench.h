@@ -143,7 +143,9 @@ static uint64_t hymt_int8_loop(int isa, int64_t iters) {
 /* Seconds for `reps` passes over buf[bytes] split between nt threads. */
 static double hymt_bench_read(const uint8_t *buf, size_t bytes, int reps, int nt, uint64_t *sink) {
     uint64_t total = 0;
+#if defined(HYMT_X86)
     int isa = hymt_active_isa;
+#endif
     double t0 = hymt_now();
 #pragma omp parallel num_threads(nt) reduction(+ : total)
     {
