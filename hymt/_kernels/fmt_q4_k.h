@@ -141,6 +141,59 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_unpack_avx512(const uint8_t *blk, 
     *dmn = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 2))), mn);
 }
 
+/* Rows [r, r + R·sub) × tokens [0, tt) of a token tile over all blocks; acc [R·sub][HYMT_KQ_TT]. The
+ * codes of R rows stay in registers while each token's activations are loaded once for all R rows;
+ * the sub groups of R rows reuse the block's activations from L1. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
+                                                          const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
+                                                          const __m512i s1[4], const __m512i s2[2], __m512 *acc,
+                                                          const int R, int sub) {
+    for (int64_t b = 0; b < nb; b++) {
+        for (int k = 0; k < sub; k++) {
+            const int64_t rk = r + (int64_t)R * k;
+            __m512 *acck = acc + R * k * HYMT_KQ_TT;
+            __m512i wq[HYMT_KQ_RT][4];
+            __m512 dsc[HYMT_KQ_RT], dmn[HYMT_KQ_RT];
+            for (int i = 0; i < R; i++) {
+                const uint8_t *blk = w + (size_t)(rk + i) * row_bytes + b * HYMT_Q4_K_BYTES;
+                hymt_kq_prefetch(blk);
+                hymt_q4_k_unpack_avx512(blk, s1, s2, wq[i], &dsc[i], &dmn[i]);
+            }
+            const hymt_kq8 *g = a0 + b;
+            for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
+                const __m512i q0 = _mm512_loadu_si512((const void *)g->qs);
+                const __m512i q1 = _mm512_loadu_si512((const void *)(g->qs + 64));
+                const __m512i q2 = _mm512_loadu_si512((const void *)(g->qs + 128));
+                const __m512i q3 = _mm512_loadu_si512((const void *)(g->qs + 192));
+                const __m512 bsd = _mm512_loadu_ps(g->bsd);
+                const __m512 s = _mm512_set1_ps(g->d);
+                for (int i = 0; i < R; i++) {
+                    __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[i][0], q0);
+                    isum = _mm512_dpbusd_epi32(isum, wq[i][1], q1);
+                    isum = _mm512_dpbusd_epi32(isum, wq[i][2], q2);
+                    isum = _mm512_dpbusd_epi32(isum, wq[i][3], q3);
+                    __m512 scale = _mm512_mul_ps(dsc[i], s);
+                    __m512 a = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acck[i * HYMT_KQ_TT + t]);
+                    acck[i * HYMT_KQ_TT + t] = _mm512_fnmadd_ps(dmn[i], bsd, a);
+                }
+            }
+        }
+    }
+}
+
+HYMT_TARGET_AVX512 static void hymt_q4_k_rows1_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
+                                                      const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
+                                                      const __m512i s1[4], const __m512i s2[2], __m512 *acc) {
+    hymt_q4_k_rows_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, 1, 1);
+}
+
+HYMT_TARGET_AVX512 static void hymt_q4_k_rowsN_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
+                                                      const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
+                                                      const __m512i s1[4], const __m512i s2[2], __m512 *acc,
+                                                      int sub) {
+    hymt_q4_k_rows_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, HYMT_KQ_RT, sub);
+}
+
 HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
@@ -153,39 +206,29 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
     for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
 
     const int64_t nb = cols / 256;
-    __m512 acc[HYMT_KQ_RT][HYMT_KQ_TT]; /* [row][token] 16 chunk lanes */
+    __m512 acc[HYMT_KQ_RT * HYMT_KQ_SUB * HYMT_KQ_TT]; /* [row][token] 16 chunk lanes */
     const int rt_max = hymt_kq_row_tile(n);
-    for (int64_t r = r0; r < r1; r += rt_max) {
-        const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
+    for (int64_t r = r0; r < r1;) {
+        /* rt_max rows, else the remaining whole groups of HYMT_KQ_RT rows, else one row */
+        const int64_t left = r1 - r;
+        int rt = 1;
+        if (left >= rt_max)
+            rt = rt_max;
+        else if (rt_max > 1 && left >= HYMT_KQ_RT)
+            rt = (int)(left / HYMT_KQ_RT) * HYMT_KQ_RT;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
             for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) acc[i][t] = _mm512_setzero_ps();
+                for (int t = 0; t < tt; t++) acc[i * HYMT_KQ_TT + t] = _mm512_setzero_ps();
             const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
-            for (int64_t b = 0; b < nb; b++) {
-                for (int i = 0; i < rt; i++) {
-                    const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q4_K_BYTES;
-                    hymt_kq_prefetch(blk);
-                    __m512i wq[4];
-                    __m512 dsc, dmn;
-                    hymt_q4_k_unpack_avx512(blk, s1, s2, wq, &dsc,
-                                            &dmn);
-                    const hymt_kq8 *g = a0 + b;
-                    for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-                        __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0],
-                                                           _mm512_loadu_si512((const void *)g->qs));
-                        isum = _mm512_dpbusd_epi32(isum, wq[1], _mm512_loadu_si512((const void *)(g->qs + 64)));
-                        isum = _mm512_dpbusd_epi32(isum, wq[2], _mm512_loadu_si512((const void *)(g->qs + 128)));
-                        isum = _mm512_dpbusd_epi32(isum, wq[3], _mm512_loadu_si512((const void *)(g->qs + 192)));
-                        __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(g->d));
-                        __m512 a = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[i][t]);
-                        acc[i][t] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(g->bsd), a);
-                    }
-                }
-            }
+            if (rt == 1)
+                hymt_q4_k_rows1_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc);
+            else
+                hymt_q4_k_rowsN_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, rt / HYMT_KQ_RT);
             for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r + i] = hymt_hsum512(acc[i][t]);
+                for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r + i] = hymt_hsum512(acc[i * HYMT_KQ_TT + t]);
         }
+        r += rt;
     }
 }
 
@@ -217,7 +260,7 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q4_k_avx2(const uint8_t *w, size_t row_by
     const int64_t nb = cols / 256;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[HYMT_KQ_RT][HYMT_KQ_TT][2]; /* [row][token][lanes 0-7 | 8-15] */
-    const int rt_max = hymt_kq_row_tile(n);
+    const int rt_max = hymt_kq_row_tile(n) > 1 ? HYMT_KQ_RT : 1;
     for (int64_t r = r0; r < r1; r += rt_max) {
         const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
@@ -237,16 +280,11 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q4_k_avx2(const uint8_t *w, size_t row_by
                         const __m256 s = _mm256_set1_ps(g->d);
                         for (int h = 0; h < 2; h++) {
                             /* |Σ of 8 code·q products| <= 8·15·127 = 15240: one int16 sum of all four */
-                            __m256i p = _mm256_add_epi16(
-                                _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(wq[0][h], _mm256_loadu_si256((const __m256i *)(g->qs + 32 * h))),
-                                    _mm256_maddubs_epi16(wq[1][h],
-                                                         _mm256_loadu_si256((const __m256i *)(g->qs + 64 + 32 * h)))),
-                                _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(wq[2][h],
-                                                         _mm256_loadu_si256((const __m256i *)(g->qs + 128 + 32 * h))),
-                                    _mm256_maddubs_epi16(wq[3][h],
-                                                         _mm256_loadu_si256((const __m256i *)(g->qs + 192 + 32 * h)))));
+                            __m256i p = _mm256_setzero_si256();
+                            for (int v = 0; v < 4; v++) {
+                                __m256i q = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 32 * h));
+                                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wq[v][h], q));
+                            }
                             __m256i isum = _mm256_madd_epi16(p, ones);
                             __m256 scale = _mm256_mul_ps(dsc[h], s);
                             __m256 a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i][t][h]);

@@ -39,7 +39,8 @@
 #if defined(__aarch64__)
 #define HYMT_ARM64 1
 #include <arm_neon.h>
-#define HYMT_TARGET_DOTPROD __attribute__((target("+dotprod")))
+/* GCC 12 rejects the bare "+dotprod" for vdotq_s32 ("target specific option mismatch"). */
+#define HYMT_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 
 #define HYMT_INLINE static inline __attribute__((always_inline))

@@ -30,10 +30,11 @@
  * token) accumulators live in a small stack array (L1), so TT can be large; the activations of one
  * block for the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming
  * dominates, and one row at a time (a single sequential stream per thread) reads fastest. */
-#define HYMT_KQ_RT 8
+#define HYMT_KQ_RT 4
+#define HYMT_KQ_SUB 4
 #define HYMT_KQ_TT 16
 
-static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
+static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT * HYMT_KQ_SUB; }
 
 /* Software prefetch of the weight block HYMT_KQ_PREFETCH bytes ahead on the current row: with only
  * the hardware prefetchers GEMV reached ~70% of the streaming read rate. (Prefetches never fault
