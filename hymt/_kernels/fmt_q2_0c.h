@@ -110,7 +110,9 @@ HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes,
                                              const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                              float *y, int64_t y_stride) {
     int64_t nb = cols / Q2C_BLOCK;
-    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i three = _mm512_set1_epi8(3), fifteen = _mm512_set1_epi8(15);
+    const __m512i upper_pair = /* nibble i -> i >> 2 */
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     __m512i row_offsets = hymt_row_offsets(row_bytes);
     HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_PARTIALS][16][16]; /* [token · 2·chunk + half][row][lane] */
     memset(partial, 0, sizeof partial);
@@ -132,10 +134,14 @@ HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes,
                     for (int h = 0; h < 2 * nc; h++, codes += (h & 1) ? 64 : Q2C_BYTES - 64) {
                         _mm_prefetch((const char *)codes + HYMT_PREFETCH_BYTES, _MM_HINT_T0);
                         __m512i v = _mm512_loadu_si512((const void *)codes);
+                        /* planes 1 and 3 by a nibble lookup (port 5) so that one shift is left
+                         * beside the vpdpbusd on port 0 */
+                        __m512i lo = _mm512_and_si512(v, fifteen);
+                        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), fifteen);
                         __m512i pl0 = _mm512_and_si512(v, three);
-                        __m512i pl1 = _mm512_and_si512(_mm512_srli_epi16(v, 2), three);
-                        __m512i pl2 = _mm512_and_si512(_mm512_srli_epi16(v, 4), three);
-                        __m512i pl3 = _mm512_and_si512(_mm512_srli_epi16(v, 6), three);
+                        __m512i pl1 = _mm512_shuffle_epi8(upper_pair, lo);
+                        __m512i pl2 = _mm512_and_si512(hi, three);
+                        __m512i pl3 = _mm512_shuffle_epi8(upper_pair, hi);
                         for (int t = 0; t < tt; t++) {
                             const int8_t *q = a0[t * ts + 2 * b0 + h].qs;
                             __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl0, _mm512_loadu_si512((const void *)q));
