@@ -442,6 +442,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     @staticmethod
     def hymt_concat(*values: Any) -> str:
         budget = _budget()
+        budget.tick()
         budget.charge(sum(_text_size(v, budget.chars_left) for v in values))
         return "".join(map(str, values))
 
