@@ -45,6 +45,8 @@ def _as_bytes(raw: Any) -> np.ndarray:
     if isinstance(raw, np.ndarray):
         if raw.dtype != np.uint8:
             raise KernelError(f"packed tensor data must be uint8, got {raw.dtype}")
+        if raw.ndim == 1 and raw.flags.c_contiguous:
+            return raw
         return np.ascontiguousarray(raw).reshape(-1)
     try:
         return np.frombuffer(raw, dtype=np.uint8)
@@ -56,20 +58,23 @@ def _as_bytes(raw: Any) -> np.ndarray:
 
 def _matrix(weight: Any, message: str | None = None) -> tuple[str, str, np.ndarray, int, int]:
     """(dtype, name, data, rows, cols) of a 2-D weight."""
-    dims = tuple(weight.dimensions)
+    dims = weight.dimensions
     if len(dims) != 2:
         raise KernelError(message or f"{weight.name} is not a matrix")
-    cols, rows = (int(d) for d in dims)
-    return weight.dtype, weight.name, _as_bytes(weight.data), rows, cols
+    return weight.dtype, weight.name, _as_bytes(weight.data), int(dims[1]), int(dims[0])
 
 
 def _activations(x: Any, cols: int, message: str) -> tuple[np.ndarray, bool]:
     """x as C-contiguous float32 [n, cols], and whether it was a single vector."""
-    xa = np.asarray(x)
+    xa = x if isinstance(x, np.ndarray) else np.asarray(x)
     if xa.ndim not in (1, 2) or xa.shape[-1] != cols:
         raise KernelError(message)
     single = xa.ndim == 1
-    return np.ascontiguousarray(xa.reshape(1, cols) if single else xa, dtype=np.float32), single
+    if single:
+        xa = xa.reshape(1, cols)
+    if xa.dtype != np.float32 or not xa.flags.c_contiguous:
+        xa = np.ascontiguousarray(xa, dtype=np.float32)
+    return xa, single
 
 
 def _output(
