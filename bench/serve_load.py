@@ -24,6 +24,7 @@ import argparse
 import http.client
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -139,12 +140,27 @@ def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path) ->
     return target
 
 
-def start_llama_cpp(path: Path, threads: int, log: Path) -> Target:
+# llama.cpp's AMX weight buffers crash on some AMX machines (llama.cpp issue #20824); this runs its server
+# with plain CPU buffers, as `llama-server --no-repack` does.
+PLAIN_BUFFERS_SERVER = """
+import runpy
+import llama_cpp.llama_cpp as C
+default_params = C.llama_model_default_params
+def plain_buffers():
+    params = default_params()
+    params.use_extra_bufts = False
+    return params
+C.llama_model_default_params = plain_buffers
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
+def start_llama_cpp(path: Path, threads: int, log: Path, extra_buffer_types: bool) -> Target:
     port = free_port()
+    launcher = ["-m", "llama_cpp.server"] if extra_buffer_types else ["-c", PLAIN_BUFFERS_SERVER]
     command = [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        *launcher,
         "--model",
         str(path),
         "--host",
@@ -189,6 +205,7 @@ def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
     first = last = None
     chunks = 0
     usage_tokens = None
+    done = False
     try:
         conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
         response = conn.getresponse()
@@ -201,6 +218,7 @@ def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                done = True
                 break
             chunk = json.loads(data)
             if chunk.get("usage"):
@@ -211,11 +229,14 @@ def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
                     first = now if first is None else first
                     last = now
                     chunks += 1
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         return result
     finally:
         conn.close()
+    if not done:
+        result.error = "stream ended without [DONE]"
+        return result
     if first is not None:
         result.ttft_ms = (first - started) * 1000.0
         result.stream_ms = (last - first) * 1000.0
@@ -351,15 +372,32 @@ def run_llama_cpp(
         tencent = sorted({info.dtype for info in gguf.tensors.values() if info.dtype in ("Q2_0C", "STQ1_0")})
     if tencent:
         return {"skipped": f"llama.cpp has no decoder for {', '.join(tencent)} tensors"}
-    target = start_llama_cpp(path, args.threads, args.log)
+    notes = [
+        "llama-cpp-python's server has no parallel slots (one request at a time); token counts are "
+        "content chunks, as it reports no usage while streaming"
+    ]
+    target = start_llama_cpp(path, args.threads, args.log, extra_buffer_types=True)
     try:
+        result = run_target(target, levels, args.requests, args.max_tokens)
+    except RuntimeError:
+        if target.process is not None:
+            try:
+                target.process.wait(timeout=10)  # a crashed server is already exiting
+            except subprocess.TimeoutExpired:
+                pass
+        stop(target.process)
+        if target.process is None or target.process.returncode != -signal.SIGSEGV:
+            raise
+        notes.append(
+            "the default build (AMX/repacked extra buffer types) crashed with SIGSEGV on the first request; "
+            "measured with use_extra_bufts=false (llama-server --no-repack)"
+        )
+        print(f"serve_load: {notes[-1]}", file=sys.stderr, flush=True)
+        target = start_llama_cpp(path, args.threads, args.log, extra_buffer_types=False)
         result = run_target(target, levels, args.requests, args.max_tokens)
     finally:
         stop(target.process)
-    result["note"] = (
-        "llama-cpp-python's server has no parallel slots (one request at a time); token counts are "
-        "content chunks, as it reports no usage while streaming"
-    )
+    result["notes"] = notes
     return result
 
 

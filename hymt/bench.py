@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -235,6 +236,7 @@ def _run_hymt(model: Any, args: Any, prompt: str, threads: int, load_ms: float) 
         "wall_ms": wall_ms,
         # Beyond §10.3: what the figures mean for this file.
         "ctx_size": context,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
         "file_bytes": model.file_bytes,
         "model_path": str(model.gguf.path),
     }
@@ -290,18 +292,23 @@ def _compare_llama_cpp(
         "end_ids": sorted(end_ids),
     }
     print("hymt-bench: running llama.cpp on the same file", file=sys.stderr, flush=True)
-    child = subprocess.run(
-        [sys.executable, "-c", "from hymt.bench import llama_cpp_child; llama_cpp_child()"],
-        input=json.dumps(params),
-        capture_output=True,
-        text=True,
-        timeout=LLAMA_CPP_TIMEOUT_S,
-        check=False,
-    )
+    child = _run_llama_cpp_child({**params, "extra_buffer_types": True})
+    note = None
+    if child.returncode == -signal.SIGSEGV:
+        # llama.cpp's AMX weight buffers crash in ggml_backend_amx_mul_mat on some AMX machines (llama.cpp
+        # issue #20824); its users there run with plain CPU buffers (llama-server --no-repack), as here.
+        note = (
+            "default llama.cpp (AMX/repacked extra buffer types) crashed with SIGSEGV; measured with "
+            "use_extra_bufts=false (llama-server --no-repack)"
+        )
+        print(f"hymt-bench: {note}", file=sys.stderr, flush=True)
+        child = _run_llama_cpp_child({**params, "extra_buffer_types": False})
     if child.returncode != 0:
         tail = [line for line in child.stderr.strip().splitlines() if line.strip()][-3:]
         return {"error": f"llama.cpp run failed (exit {child.returncode}): {' | '.join(tail)}"}
     result = json.loads(child.stdout)
+    if note is not None:
+        result["note"] = note
     theirs = result["token_ids"]
     ours = completion["token_ids"]
     same = 0
@@ -309,6 +316,17 @@ def _compare_llama_cpp(
         same += 1
     result["same_leading_token_ids"] = same
     return result
+
+
+def _run_llama_cpp_child(params: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from hymt.bench import llama_cpp_child; llama_cpp_child()"],
+        input=json.dumps(params),
+        capture_output=True,
+        text=True,
+        timeout=LLAMA_CPP_TIMEOUT_S,
+        check=False,
+    )
 
 
 def llama_cpp_child() -> None:
@@ -323,6 +341,15 @@ def llama_cpp_child() -> None:
     from hymt.sampling import Sampler, SamplingParams
 
     params = json.loads(sys.stdin.read())
+    if not params["extra_buffer_types"]:
+        default_params = llama_cpp.llama_model_default_params
+
+        def plain_buffers() -> Any:
+            model_params = default_params()
+            model_params.use_extra_bufts = False
+            return model_params
+
+        llama_cpp.llama_model_default_params = plain_buffers  # read by Llama.__init__
     ids: list[int] = params["prompt_ids"]
     threads: int = params["threads"]
     end_ids = set(params["end_ids"])
@@ -375,6 +402,7 @@ def llama_cpp_child() -> None:
     perf = llama_cpp.llama_perf_context(ctx)
     result: dict[str, Any] = {
         "engine": f"llama.cpp via llama-cpp-python {_llama_cpp_version()}",
+        "extra_buffer_types": params["extra_buffer_types"],
         "finish_reason": finish_reason,
         "load_ms": load_ms,
         "n_batch": LLAMA_CPP_BATCH,
