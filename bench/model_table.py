@@ -78,14 +78,14 @@ def run_bench(args: Sequence[str]) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def read_bandwidth() -> float | None:
-    """GB/s of the kernel benchmark's streaming read loop at 2 threads, if that module is present."""
-    try:
-        from hymt import kernelbench
-    except ImportError:
-        return None
-    measure = getattr(kernelbench, "measure_read_bandwidth", None)
-    return float(measure()) if measure is not None else None
+def read_bandwidth(threads: int, size: int = 2 << 30) -> float:
+    """GB/s of the kernel benchmark's streaming read loop over ``size`` bytes (far beyond any cache)."""
+    import numpy as np
+
+    from hymt import kernelbench
+
+    pool = np.ones(size, dtype=np.uint8)
+    return kernelbench.measure_bandwidth(pool, threads) / 1e9
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (args.out / f"{fmt}-t{t}.json").write_text(json.dumps(report, indent=2))
             rows.append((fmt, t, report))
 
-    bandwidth = read_bandwidth()
+    bandwidth = {t: read_bandwidth(t) for t in threads}
+    (args.out / "bandwidth.json").write_text(json.dumps(bandwidth))
     print(markdown(rows, bandwidth, args.max_tokens))
     return 0
 
@@ -142,7 +143,9 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def markdown(rows: list[tuple[str, int, dict[str, Any]]], bandwidth: float | None, max_tokens: int) -> str:
+def markdown(
+    rows: list[tuple[str, int, dict[str, Any]]], bandwidth: dict[int, float], max_tokens: int
+) -> str:
     lines = [
         "| format | file MiB | threads | prefill tok/s hymt | llama.cpp | ratio | decode tok/s hymt | llama.cpp "
         "| ratio | tokens | peak RSS MiB hymt | RSS budget MiB | llama.cpp RSS MiB | load ms | load avg |",
@@ -169,20 +172,26 @@ def markdown(rows: list[tuple[str, int, dict[str, Any]]], bandwidth: float | Non
     skipped = {fmt: r["llama_cpp"]["skipped"] for fmt, _, r in rows if "skipped" in r.get("llama_cpp", {})}
     for fmt, reason in sorted(skipped.items()):
         lines.append(f"\nllama.cpp on {fmt}: skipped — {reason}.")
+    notes = sorted({r["llama_cpp"]["note"] for _, _, r in rows if "note" in r.get("llama_cpp", {})})
+    notes += sorted(
+        {f"{f}: {r['llama_cpp']['error']}" for f, _, r in rows if "error" in r.get("llama_cpp", {})}
+    )
+    for note in notes:
+        lines.append(f"\nllama.cpp: {note}.")
     if bandwidth:
         lines.append(
-            "\n| format | threads | bytes/token MiB | roofline tok/s | decode tok/s | % of roofline |"
+            "\n| format | threads | bytes/token MiB | read GB/s | roofline tok/s | decode tok/s "
+            "| % of roofline |"
         )
-        lines.append("|---|---:|---:|---:|---:|---:|")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|")
         for fmt, threads, r in rows:
             per_token = r["decode_bytes_per_token"]
-            roofline = bandwidth * 1e9 / per_token
+            roofline = bandwidth[threads] * 1e9 / per_token
             decode = r["runs"][0]["decode_tokens_per_second"]
             lines.append(
-                f"| {fmt} | {threads} | {per_token / MIB:.0f} | {roofline:.1f} | {decode:.1f} "
-                f"| {100 * decode / roofline:.0f}% |"
+                f"| {fmt} | {threads} | {per_token / MIB:.0f} | {bandwidth[threads]:.1f} | {roofline:.1f} "
+                f"| {decode:.1f} | {100 * decode / roofline:.0f}% |"
             )
-        lines.append(f"\nRead bandwidth (streaming loop, 2 threads): {bandwidth:.1f} GB/s.")
     return "\n".join(lines)
 
 

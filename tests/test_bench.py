@@ -281,3 +281,26 @@ def test_help_and_version(data_dir: Path) -> None:
         assert flag in result.stdout
     version = bench(data_dir, "--version")
     assert version.returncode == 0 and version.stdout.startswith("hymt-bench ")
+
+
+def test_kernels_subcommand(data_dir: Path) -> None:
+    out = report(
+        data_dir,
+        "kernels",
+        "--formats",
+        "Q8_0",
+        "--threads",
+        "1",
+        "--batches",
+        "1",
+        "--working-set-mib",
+        "4",
+        "--min-seconds",
+        "0.01",
+        "--no-head",
+    )
+    assert out["machine"]["kernel"] == kernels.isa()
+    assert set(out["ceilings"]) == {"1"}
+    [row] = out["results"]
+    assert (row["format"], row["n"], row["threads"]) == ("Q8_0", 1, 1)
+    assert row["calls"] >= 7  # one pass over the seven matrices of a 1.8B layer at least
