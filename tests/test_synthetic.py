@@ -550,3 +550,35 @@ def test_llama_cpp_loads_tiny_fixture(tmp_path, moe, numeric):
     assert np.isfinite(logits).all()
     if not numeric:
         assert int(np.argmax(logits)) == ord("a")
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("preset", ["1.8b", "7b"])
+def test_llama_cpp_tokenizes_the_synthetic_vocabulary_like_hymt(tmp_path, preset):
+    """The real-size synthetic vocabularies (120k+ merges, added tokens) mean the same to both engines."""
+    from hymt.gguf import GGUFWriter
+    from hymt.tokenizer import Tokenizer
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    vocab = build_vocabulary(PRESETS[preset])
+    writer = GGUFWriter(tmp_path / "vocab.gguf")
+    writer.add_string("general.architecture", "hunyuan-dense")
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_string("tokenizer.ggml.pre", vocab.pre)
+    writer.add_array("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING)
+    writer.add_array("tokenizer.ggml.token_type", vocab.token_types, GGUFValueType.INT32)
+    writer.add_array("tokenizer.ggml.merges", vocab.merges, GGUFValueType.STRING)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", vocab.bos_id)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
+    writer.add_string("tokenizer.chat_template", vocab.template)
+    path = writer.write()
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    tokenizer = Tokenizer.from_gguf(path)
+    texts = [
+        "Hello, world. The quick brown fox jumps over the lazy dog!",
+        "你好，日本語、ひらがな カタカナ 1234567 ١٢٣ 😀 e\u0301\t\n  end\n\n",
+        "<｜hy_User｜>hi<｜hy_Assistant｜><think></think> /no_think",
+        "<|startoftext|>Translate<|extra_0|>",
+    ]
+    for text in texts:
+        assert tokenizer.encode(text) == llm.tokenize(text.encode(), add_bos=False, special=True), text
