@@ -339,8 +339,12 @@ class Engine:
             ticket._generation = Generation(
                 self.model, ticket.request, context=self.context, cancel=ticket.is_cancelled
             )
-        except HymtError as exc:
-            self._finish(ticket, Event("error", exc.message))
+        except Exception as exc:  # e.g. no memory for the KV cache: this request fails, the engine goes on
+            if not isinstance(exc, HymtError):
+                log.exception("starting a generation failed")
+            self._finish(
+                ticket, Event("error", exc.message if isinstance(exc, HymtError) else "internal error")
+            )
             return
         running.append(ticket)
 
@@ -390,9 +394,11 @@ class Engine:
     def _finish(self, ticket: Ticket, event: Event) -> None:
         """The generation is over: free its session, tell the owner, release if the owner already left."""
         ticket._generation = None
-        if event.kind == "error":
-            ticket.error = event.value
         with self._lock:
+            if ticket._state != _RUNNING:
+                return  # already finished (a failed step may report a ticket twice)
+            if event.kind == "error":
+                ticket.error = event.value
             ticket._state = _FINISHED
             ticket._push(event)
             if ticket._owner_closed:
