@@ -7,7 +7,10 @@ activation quantization written out in numpy.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import mmap
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -418,6 +421,41 @@ def test_products_of_tensors_read_from_a_tencent_gguf(
         x = activations(3, cols, rng)
         assert_same_floats(quant.matmul(tensor, x), quant.matmul(w, x))
         assert_same_floats(quant.dequantize(dtype, tensor.data), reference_decode(dtype, w.data))
+
+
+def guarded_copy(data: np.ndarray) -> tuple[mmap.mmap, np.ndarray]:
+    """``data`` copied so that its last byte is the last readable byte: the next page is PROT_NONE, so any
+    read past the tensor faults instead of passing silently."""
+    page = mmap.PAGESIZE
+    pages = -(-data.size // page)
+    region = mmap.mmap(-1, (pages + 1) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(ctypes.c_void_p(base + pages * page), page, 0) == 0
+    view = np.frombuffer(region, dtype=np.uint8, count=data.size, offset=pages * page - data.size)
+    view[:] = data
+    return region, view
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses mprotect through libc")
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize("rows", [1, 16, 37])
+def test_kernels_never_read_past_the_tensor(dtype: str, rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    cols = 2 * BLOCK_LEN[dtype]
+    w = random_weight(dtype, rows, cols, rng)
+    region, data = guarded_copy(w.data)
+    guarded = PackedMatrix(w.name, dtype, w.dimensions, data)
+    x = activations(5, cols, rng)
+    for isa in ISAS:
+        for xs in (x[0], x[:2], x):  # row kernels (n < 4) and batched tiles
+            assert_same_floats(matmul_isa(isa, guarded, xs), matmul_isa("scalar", w, xs))
+        matmul_isa(isa, guarded, x, float_path=True)
+    assert_same_floats(quant.decode_rows(guarded, [rows - 1])[0], reference_decode(dtype, w.data)[-cols:])
+    assert_same_floats(quant.dequantize(dtype, data), reference_decode(dtype, w.data))
+    del guarded, data
+    region.close()
 
 
 @pytest.mark.parametrize("dtype", FORMATS)
