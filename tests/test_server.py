@@ -18,6 +18,7 @@ import pytest
 
 import hymt
 from hymt.engine import Engine, QueueFull
+from hymt.errors import GenerationError, ModelError
 from hymt.generation import GenerationRequest
 from hymt.sampling import SamplingParams
 from hymt.server import MAX_BODY_BYTES, ServerConfig, create_app
@@ -763,3 +764,23 @@ def test_parallel_outputs_equal_solo_outputs(numeric_model: Any) -> None:
         assert post(client, bodies[1]).get_json()["choices"][0]["message"]["content"] == solo[1]
     finally:
         app.extensions["hymt"].engine.shutdown()
+
+
+def test_engine_survives_a_failing_forward(tiny_model: Any) -> None:
+    class FailingOnce(SlowModel):
+        def forward(self, *args: Any) -> Any:
+            if self.forwards == 0:
+                self.forwards += 1
+                raise ModelError("simulated forward failure")
+            return super().forward(*args)
+
+    engine = Engine(FailingOnce(tiny_model, 0.0), max_concurrent=2, queue_capacity=0, context=64)
+    try:
+        with engine.submit(request_for(tiny_model, [256, 72, 258], 4)) as failed:
+            with pytest.raises(GenerationError, match="^simulated forward failure$"):
+                failed.result()
+        with engine.submit(request_for(tiny_model, [256, 72, 258], 4)) as ticket:
+            assert ticket.result().text == "aaaa"
+        assert engine.admitted == 0 and engine.active == 0
+    finally:
+        engine.shutdown()

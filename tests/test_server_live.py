@@ -392,3 +392,61 @@ def test_shutdown_with_a_stalled_stream(tiny_path: Path, signum: int) -> None:
     finally:
         stalled.close()
         live.stop()
+
+
+def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
+    command = [sys.executable, "-c", PROGRAM, "--model", str(tiny_path), "--ctx-size", "99999"]
+    command += ["--listen", "127.0.0.1:0"]
+    result = run_program(command)
+    assert result.returncode == 1
+    assert "error: context must be between 1 and 4096" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_program([sys.executable, "-c", PROGRAM, "--model", str(tiny_path.parent / "missing.gguf")])
+    assert result.returncode == 1 and "error: " in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "message"),
+    [
+        (["--listen", "localhost:80"], 1, "error: invalid listen address"),
+        (["--listen", "::1:80"], 1, "error: invalid listen address"),
+        (["--listen", "127.0.0.1:70000"], 1, "error: invalid port"),
+        (["--max-concurrent-requests", "0"], 1, "error: concurrency and threads must be positive"),
+        (["--threads", "0"], 1, "error: concurrency and threads must be positive"),
+        (["--model-id", ""], 1, "error: model ID must not be empty"),
+        (["--queue-capacity", "x"], 2, "error: argument --queue-capacity"),
+        (["--bogus"], 2, "error: unrecognized arguments"),
+    ],
+)
+def test_bad_flags(tiny_path: Path, flags: list[str], code: int, message: str) -> None:
+    result = run_program([sys.executable, "-c", PROGRAM, "--model", str(tiny_path), *flags])
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def run_program(command: list[str]) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("127.0.0.1:8080", ("127.0.0.1", 8080)), ("[::1]:0", ("::1", 0)), ("0.0.0.0:1", ("0.0.0.0", 1))],
+)
+def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
+    from hymt.serve import parse_listen
+
+    assert parse_listen(value) == expected
+
+
+def test_help_and_version() -> None:
+    result = run_program([sys.executable, "-c", PROGRAM, "--help"])
+    assert result.returncode == 0
+    for flag in ("--model", "--model-id", "--listen", "--ctx-size", "--threads", "--max-concurrent-requests"):
+        assert flag in result.stdout
+    for flag in ("--queue-capacity", "--gguf-profile", "--graceful-timeout", "--log-level", "--api-key"):
+        assert flag in result.stdout
+    assert "Serve one model through the text Chat Completions API." in result.stdout
+    result = run_program([sys.executable, "-c", PROGRAM, "--version"])
+    assert result.returncode == 0 and result.stdout.startswith("hymt-serve ")
