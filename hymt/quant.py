@@ -59,9 +59,19 @@ def _as_bytes(raw: Any) -> np.ndarray:
 def _matrix(weight: Any, message: str | None = None) -> tuple[str, str, np.ndarray, int, int]:
     """(dtype, name, data, rows, cols) of a 2-D weight."""
     dims = weight.dimensions
-    if len(dims) != 2:
-        raise KernelError(message or f"{weight.name} is not a matrix")
-    return weight.dtype, weight.name, _as_bytes(weight.data), int(dims[1]), int(dims[0])
+    name, dtype = weight.name, weight.dtype
+    if len(dims) != 2 or not all(0 < int(d) < 1 << 62 for d in dims):
+        raise KernelError(message or f"{name} is not a matrix")
+    cols, rows = int(dims[0]), int(dims[1])
+    info = FORMATS.get(dtype)
+    if info is None:
+        raise KernelError(f"{name}: unsupported tensor type {dtype}")
+    if cols % info.block_len != 0:
+        raise KernelError(f"tensor {name} has a partial quantization block in its row")
+    data = _as_bytes(weight.data)
+    if data.size != rows * (cols // info.block_len) * info.block_bytes:
+        raise KernelError(f"{name}: wrong {dtype} byte count")
+    return dtype, name, data, rows, cols
 
 
 def _activations(x: Any, cols: int, message: str) -> tuple[np.ndarray, bool]:

@@ -463,6 +463,16 @@ def test_product_errors() -> None:
         quant.matmul(cube, x)
     with pytest.raises(KernelError, match=r"^short: wrong Q8_0 byte count$"):
         quant.matmul(short, x)
+    # dims whose byte count overflows 64 bits must not pass the length check
+    huge = SimpleNamespace(
+        name="huge", dtype="Q8_0", dimensions=(256, 2**58 + 1), data=np.zeros(272, np.uint8)
+    )
+    with pytest.raises(KernelError, match=r"^huge: wrong Q8_0 byte count$"):
+        quant.matmul(huge, x)
+    for dims in ((0, 8), (256, 0), (256, 2**64)):
+        bad_dims = SimpleNamespace(name="bad", dtype="Q8_0", dimensions=dims, data=np.zeros(272, np.uint8))
+        with pytest.raises(KernelError, match=r"^bad is not a matrix$"):
+            quant.matmul(bad_dims, x)
     with pytest.raises(KernelError, match=r"^tensor odd has a partial quantization block in its row$"):
         quant.matmul(partial, np.zeros(48, np.float32))
     with pytest.raises(KernelError, match=r"^iq: unsupported tensor type IQ2_XS$"):

@@ -202,7 +202,11 @@ cdef int _check_matrix(const hymt_format *f, str dtype, str name, const uint8_t[
         raise KernelError(f"{name} is not a matrix")
     if cols % f.block_len != 0:
         raise KernelError(f"tensor {name} has a partial quantization block in its row")
-    if raw.shape[0] != rows * (cols // f.block_len) * f.block_bytes:
+    # Divide instead of multiplying: dims from a bad caller must not overflow into a passing check.
+    if cols // f.block_len > raw.shape[0]:
+        raise KernelError(f"{name}: wrong {dtype} byte count")
+    cdef int64_t row_bytes = cols // f.block_len * f.block_bytes
+    if raw.shape[0] % row_bytes != 0 or raw.shape[0] // row_bytes != rows:
         raise KernelError(f"{name}: wrong {dtype} byte count")
     return 0
 
