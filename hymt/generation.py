@@ -74,6 +74,9 @@ class Usage:
     completion_tokens: int
     total_tokens: int
 
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -83,6 +86,9 @@ class Timing:
     first_token_ms: float
     decode_ms: float
     total_ms: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

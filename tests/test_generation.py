@@ -162,7 +162,9 @@ def test_length_finish_usage_and_forwarded_tokens():
     assert timing.decode_ms == pytest.approx(timing.total_ms - timing.first_token_ms)
     record = completion.as_dict()
     assert set(record) == {"text", "finish_reason", "usage", "timing", "token_ids"}
+    assert record["usage"] == completion.usage.as_dict()
     assert record["usage"] == {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+    assert record["timing"] == completion.timing.as_dict()
     assert set(record["timing"]) == {"prefill_ms", "first_token_ms", "decode_ms", "total_ms"}
 
 
