@@ -88,6 +88,7 @@ class Ticket:
         self._owner_closed = False
         # Owned by the compute thread:
         self._generation: Generation | None = None
+        self._prompt_left = 0  # prompt tokens not yet handed to a forward
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -346,6 +347,7 @@ class Engine:
                 ticket, Event("error", exc.message if isinstance(exc, HymtError) else "internal error")
             )
             return
+        ticket._prompt_left = len(ticket.request.prompt_ids)
         running.append(ticket)
 
     def _drop_if_cancelled(self, ticket: Ticket) -> bool:
@@ -357,21 +359,26 @@ class Engine:
     def _step(self, running: list[Ticket]) -> None:
         """One batched forward: a prompt chunk for prefilling requests, one token for decoding ones.
 
-        While any request decodes, only the oldest prefilling request advances (one chunk), so decode
-        latency stays bounded by one chunk; chunks are always ``prefill_chunk`` tokens, so a request is
-        split the same way whatever else runs and its output does not depend on its neighbours.
+        While any request decodes, the prompt chunks of a step add up to at most ``prefill_chunk`` tokens
+        (oldest requests first, at least one chunk), so a long prompt delays the others' next token by one
+        chunk at most. A prompt is always cut at multiples of ``prefill_chunk``, whatever else runs, so a
+        request's output never depends on its neighbours.
         """
         decoding = any(not t._generation.prefilling for t in running)
         members: list[Ticket] = []
         batch: list[tuple[Any, list[int]]] = []
-        prefill_taken = False
+        prefill_tokens = 0
         for ticket in running:
             generation = ticket._generation
-            if generation.prefilling:
-                if decoding and prefill_taken:
+            prefilling = generation.prefilling
+            if prefilling:
+                size = min(self.prefill_chunk, ticket._prompt_left)
+                if decoding and prefill_tokens and prefill_tokens + size > self.prefill_chunk:
                     continue
-                prefill_taken = True
+                prefill_tokens += size
             tokens = generation.next_input(self.prefill_chunk)
+            if prefilling:
+                ticket._prompt_left -= len(tokens)
             members.append(ticket)
             batch.append((generation.session, tokens))
         results = self.model.forward(batch)

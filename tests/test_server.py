@@ -784,3 +784,38 @@ def test_engine_survives_a_failing_forward(tiny_model: Any) -> None:
         assert engine.admitted == 0 and engine.active == 0
     finally:
         engine.shutdown()
+
+
+def test_engine_prefill_packing_while_decoding(tiny_model: Any) -> None:
+    """While a request decodes, short prompts share one step and a long prompt goes in 256-token chunks
+    one per step, cut at the same places as when it runs alone."""
+
+    class Recording(SlowModel):
+        def __init__(self, model: Any) -> None:
+            super().__init__(model, 0.02)
+            self.steps: list[list[int]] = []
+
+        def forward(self, batch: Any) -> Any:
+            self.steps.append(sorted(len(tokens) for _, tokens in batch))
+            return super().forward(batch)
+
+    recording = Recording(tiny_model)
+    engine = Engine(recording, max_concurrent=5, queue_capacity=0, context=2048)
+    try:
+        decoder = engine.submit(request_for(tiny_model, [256, 72, 258], 200))
+        assert decoder.next_event(5).kind == "started"
+        assert decoder.next_event(5).kind == "delta"
+        short = [request_for(tiny_model, [256] + [72] * 8 + [258], 5) for _ in range(3)]
+        long = request_for(tiny_model, [256] + [72] * 598 + [258], 5)
+        tickets = [engine.submit(request) for request in [*short, long]]
+        for ticket in tickets:
+            assert ticket.result().text == "aaaaa"
+            ticket.close()
+        decoder.cancel()
+        decoder.close()
+        steps = recording.steps
+        first = steps.index([1, 10, 10, 10])
+        assert steps[first + 1 : first + 4] == [[1, 1, 1, 1, 256], [1, 1, 1, 1, 256], [1, 1, 1, 1, 88]]
+        wait_until(lambda: engine.admitted == 0 and engine.active == 0)
+    finally:
+        engine.shutdown()

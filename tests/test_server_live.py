@@ -225,6 +225,9 @@ def test_bad_input_over_the_wire(server: LiveServer) -> None:
         for start in range(0, len(big), 65536):
             yield big[start : start + 65536]
 
+    small = json.dumps(BASE).encode()
+    response = requests.post(url, data=iter([small[:10], small[10:]]), headers=headers, timeout=30)
+    assert content(response) == "aaaa"  # a chunked body within the limit is read whole
     try:
         response = requests.post(url, data=chunked(), headers=headers, timeout=30)
         assert response.status_code == 413
@@ -450,3 +453,29 @@ def test_help_and_version() -> None:
     assert "Serve one model through the text Chat Completions API." in result.stdout
     result = run_program([sys.executable, "-c", PROGRAM, "--version"])
     assert result.returncode == 0 and result.stdout.startswith("hymt-serve ")
+
+
+def test_ipv6_listen(tiny_path: Path) -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    command = [sys.executable, "-c", PROGRAM, "--model", str(tiny_path), "--model-id", "test"]
+    command += ["--listen", "[::1]:0", "--threads", "1", "--ctx-size", "2048"]
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        port = None
+        for line in process.stderr:
+            match = re.search(r"listening address=\[::1\]:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+                break
+        assert port is not None
+        response = requests.post(f"http://[::1]:{port}/v1/chat/completions", json=BASE, timeout=30)
+        assert content(response) == "aaaa"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
