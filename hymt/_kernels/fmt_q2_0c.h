@@ -11,8 +11,12 @@
  * Float part, fixed for every ISA: y[t, r] = Σ_b Σ_h (d_b × s_t,2b+h) × f32(isum_t,r,b,h), added in
  * (b, h) order from 0.0f (no fma).
  *
- * AVX-512: per (row, half) one 64-byte load, 3 shifts + 4 masks give the planes, 4 vpdpbusd per
- * token; 16 rows' accumulators are reduced by one transpose-add tree (lane = row). */
+ * AVX-512, n < HYMT_LOWBIT_BATCH_MIN: per (row, half) one 64-byte load, masks, one shift and two
+ * nibble lookups give the planes, 4 vpdpbusd per token; rows are read in memory order with a
+ * software prefetch and 16 rows' accumulators are reduced by one transpose-add tree (lane = row).
+ * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN: code bytes of 16 rows transposed once per half (16×16
+ * dwords), planes buffered, one vpdpbusd with a broadcast activation dword per 4 weights × 16 rows
+ * × token. AVX2: shift/mask planes, maddubs + madd. NEON: signed digits 2·code − 3, SDOT. */
 #ifndef HYMT_FMT_Q2_0C_H
 #define HYMT_FMT_Q2_0C_H
 

@@ -15,13 +15,17 @@
  * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
  *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
  *
- * AVX-512 kernel: per (row, block) 3 ops build the 64 lookup indices (nibbles in group order by a
- * word shift, sign from the raw sign bits used as a byte mask), 4 vpermb (VBMI) or 8 vpshufb give
- * the lane planes, 4 vpdpbusd per token; the 16-lane int32 accumulators of 16 rows are reduced by
- * one transpose-add tree so each lane of the result is one row. Batches of ≥ 8 tokens use the
- * transposed kernel (see stq1_gemm_avx512_tiles): each row-block is decoded once, transposed so a
- * vector holds 4 weights of 16 rows, and multiplied by broadcast activation words, so a weight
- * block is decoded once for the whole tile of tokens and no per-token reduction is needed. */
+ * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV): per (row, block) 4 ops build the 64 lookup
+ * indices in group order (zero-extend, word shift, mask; the raw sign bits are a byte mask adding
+ * 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; rows are read in
+ * memory order with a software prefetch, and the 16-lane int32 sums of 16 rows are reduced by one
+ * transpose-add tree (lane = row) per block.
+ * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
+ * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
+ * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
+ * decoded once per row tile for all tokens, no per-token reduction.
+ * AVX2: per 32 groups, two pshufb lookups (sign 0 / sign 1 tables, bit 7 zeroes the other) per
+ * plane, maddubs + madd. NEON: one tbl (32 entries) per 16 groups, signed digits, SDOT. */
 #ifndef HYMT_FMT_STQ1_0_H
 #define HYMT_FMT_STQ1_0_H
 
