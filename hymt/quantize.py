@@ -1,4 +1,4 @@
-"""float32 → GGUF block quantizers (Q8_0, Q4_K, Q6_K), vectorized over blocks with numpy.
+"""float32 → GGUF block quantizers (Q8_0, Q4_K, Q6_K, Q2_0C, STQ1_0), vectorized over blocks with numpy.
 
 Used to write synthetic models whose quantized weights decode close to known float weights. The scale
 searches follow the formats' usual recipes (absolute maximum for Q8_0 and Q6_K, min/max for Q4_K, then
@@ -109,8 +109,59 @@ def quantize_q4_k(values: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def _q2_0c_codes(x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint((x * _inverse(d)[:, None] + 3.0) / 2.0), 0, 3).astype(np.uint8)
+
+
+def quantize_q2_0c(values: np.ndarray) -> np.ndarray:
+    """Q2_0C (Tencent 2Bit): per 512 weights an fp16 d (first) and 2-bit codes c, w = (2c − 3)·d, four
+    codes per byte, low bits first. d is the best of a grid between max|x|/10 and max|x|/3 (mapping the
+    extreme to ±3·d clips nothing but wastes the inner levels on Gaussian-like weights)."""
+    x = _blocks(values, 512, "Q2_0C")  # (nb, 512)
+    extreme = np.abs(x).max(axis=1)
+    best_d, best_err = np.zeros_like(extreme), np.full(extreme.shape, np.inf, dtype=np.float32)
+    for factor in np.linspace(0.1, 1.0 / 3.0, 12, dtype=np.float32):
+        d = _fp16(extreme * factor)
+        decoded = (2.0 * _q2_0c_codes(x, d).astype(np.float32) - 3.0) * d[:, None]
+        err = ((decoded - x) ** 2).sum(axis=1)
+        better = err < best_err
+        best_d[better], best_err[better] = d[better], err[better]
+    codes = _q2_0c_codes(x, best_d).reshape(-1, 128, 4)  # (nb, byte, position in byte)
+    out = np.empty((x.shape[0], 130), dtype=np.uint8)
+    out[:, 0:2] = best_d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = codes[:, :, 0] | (codes[:, :, 1] << 2) | (codes[:, :, 2] << 4) | (codes[:, :, 3] << 6)
+    return out.reshape(-1)
+
+
+def quantize_stq1_0(values: np.ndarray) -> np.ndarray:
+    """STQ1_0 (Tencent 1.25Bit, stride-16): each group of four weights becomes one of the 32 ternary
+    patterns with exactly one zero (REFERENCE §2.6), times the block's fp16 d.
+
+    The zero goes to the smallest magnitude, the other lanes keep their signs, and d is the least-squares
+    scale Σ|x| / count over the non-zero lanes. Pattern index = (sign << 4) | (4·z + t): the sign bit is
+    the first non-zero lane's sign; t bit 0 / bit 1 flip the second / third lane relative to the first.
+    """
+    x = _blocks(values, 256, "STQ1_0")
+    nb = x.shape[0]
+    # Weight (g / 16)·64 + (g % 16) + 16·p is lane p of group g: (chunk, lane, group-in-chunk) → (group, lane).
+    lanes = x.reshape(nb, 4, 4, 16).transpose(0, 1, 3, 2).reshape(nb, 64, 4)
+    zero = np.abs(lanes).argmin(axis=2)  # (nb, 64)
+    others = np.array([[p for p in range(4) if p != z] for z in range(4)])[zero]  # (nb, 64, 3) ascending
+    kept = np.take_along_axis(lanes, others, axis=2)  # (nb, 64, 3)
+    negative = kept < 0
+    sign = negative[:, :, 0]
+    flip = negative[:, :, 1:] != sign[:, :, None]  # relative to the first non-zero lane
+    nibble = (4 * zero + flip[:, :, 0] + 2 * flip[:, :, 1]).astype(np.uint8)
+    d = _fp16(np.abs(kept).sum(axis=(1, 2)) / (3 * 64))
+    out = np.empty((nb, 42), dtype=np.uint8)
+    out[:, 0:32] = nibble[:, 0::2] | (nibble[:, 1::2] << 4)
+    out[:, 32:40] = np.packbits(sign.astype(np.uint8), axis=1, bitorder="little")
+    out[:, 40:42] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return out.reshape(-1)
+
+
 def quantize(dtype: str, values: np.ndarray) -> np.ndarray:
-    """Raw GGUF bytes (uint8) of ``values`` in ``dtype`` (F32, F16, Q8_0, Q4_K or Q6_K)."""
+    """Raw GGUF bytes (uint8) of ``values`` in ``dtype`` (F32, F16, Q8_0, Q4_K, Q6_K, Q2_0C or STQ1_0)."""
     if dtype == "F32":
         return np.ascontiguousarray(values, dtype="<f4").reshape(-1).view(np.uint8)
     if dtype == "F16":
@@ -121,4 +172,8 @@ def quantize(dtype: str, values: np.ndarray) -> np.ndarray:
         return quantize_q4_k(values)
     if dtype == "Q6_K":
         return quantize_q6_k(values)
+    if dtype == "Q2_0C":
+        return quantize_q2_0c(values)
+    if dtype == "STQ1_0":
+        return quantize_stq1_0(values)
     raise GGUFError(f"no quantizer for {dtype}")

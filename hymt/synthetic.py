@@ -159,7 +159,7 @@ def write_tiny_fixture(path: str | Path, moe: bool, numeric: bool) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 # Seeded random models of the real shapes (REFERENCE §4.1)
 
-GENERATOR_VERSION = 3  # bump when the bytes written for a (preset, format, seed) change
+GENERATOR_VERSION = 4  # bump when the bytes written for a (preset, format, seed) change
 FORMATS = ("f32", "f16", "q8_0", "q4_k", "q6_k", "q2_0c", "stq1")
 _FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q6_k": 18, "q2_0c": 39, "stq1": 41}
 _SINGLE_DTYPE = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q6_k": "Q6_K"}
@@ -187,8 +187,9 @@ class Preset:
     experts_used: int = 0
     expert_ffn: int = 0
     shared_ffn: int = 0
-    # Small presets quantize float weights (decoded weights stay close to them); the real shapes draw
-    # random codes and scales directly, because quantizing billions of floats would take minutes.
+    # Small presets quantize float weights, so every format of a preset and seed approximates the same float
+    # model; the real shapes draw random codes and scales directly (quantizing billions of floats would
+    # take minutes).
     from_floats: bool = True
 
 
@@ -538,11 +539,11 @@ def _tensor_bytes(spec: TensorSpec, preset: Preset, dtype: str, seed: int, index
     rng = np.random.default_rng([seed, index])  # per tensor: independent of generation order
     count = int(np.prod(spec.dims))
     small = spec.role in ("norm", "qk_norm", "router", "bias")
-    if dtype in _TENCENT_DTYPE.values() or not (small or preset.from_floats):
-        if dtype in ("F32", "F16"):
-            return random_floats(dtype, count, _weight_std(spec, preset), rng)
-        return random_blocks(dtype, count, _weight_std(spec, preset), rng)
-    return quantize(dtype, _float_values(spec, preset, rng))
+    if small or preset.from_floats:
+        return quantize(dtype, _float_values(spec, preset, rng))
+    if dtype in ("F32", "F16"):
+        return random_floats(dtype, count, _weight_std(spec, preset), rng)
+    return random_blocks(dtype, count, _weight_std(spec, preset), rng)
 
 
 # -- files -------------------------------------------------------------------------------------------------

@@ -345,6 +345,10 @@ def test_tencent_low_bit_tiny_files(tmp_path):
             codes = (blocks[:, 2:, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3
             weights = (2.0 * codes.reshape(len(blocks), -1) - 3) * d
             assert weights.std() == pytest.approx(512**-0.5, rel=0.1)
+            # Tiny presets quantize one float model per seed: the 2-bit weights track the F32 file's.
+            f32 = GGUFReader(write_synthetic_model(tmp_path / "f32.gguf", "tiny", "f32"))
+            floats = {t.name: t for t in f32.tensors}["blk.0.attn_q.weight"].data.reshape(-1)
+            assert np.corrcoef(weights.reshape(-1), floats)[0, 1] > 0.9
 
 
 def test_low_bit_formats_need_dense_models(tmp_path):
