@@ -168,17 +168,27 @@ def wait_for_capacity(server: LiveServer, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def assert_exact_capacity(server: LiveServer, slots: int) -> None:
-    """Exactly ``slots`` stalled streams are admitted and the next request gets 429: nothing leaked."""
-    stalled = [StalledStream(server) for _ in range(slots)]
-    try:
-        for stream in stalled:
-            stream.wait_started()
-        response = server.post(BASE)
-        assert response.status_code == 429, response.text
-    finally:
-        for stream in stalled:
-            stream.close()
+def assert_exact_capacity(server: LiveServer, slots: int, timeout: float = 10.0) -> None:
+    """Exactly ``slots`` stalled streams are admitted (once the server has settled) and the next request
+    gets 429: no permit leaked, none is counted twice."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stalled: list[StalledStream] = []
+        try:
+            for _ in range(slots):
+                stalled.append(StalledStream(server))
+                if stalled[-1].status() != 200:
+                    break
+                stalled[-1].wait_started()
+            else:
+                response = server.post(BASE)
+                assert response.status_code == 429, response.text
+                break
+        finally:
+            for stream in stalled:
+                stream.close()
+        assert time.monotonic() < deadline, "the server did not return to zero active requests"
+        time.sleep(0.1)
     wait_for_capacity(server)
 
 
@@ -287,6 +297,7 @@ def test_disconnects_mid_request_free_permits(server: LiveServer) -> None:
             stream.close()  # reset, like a killed client
     wait_for_capacity(server)
     assert_exact_capacity(server, 2)
+    assert "error=client disconnected" in server.log()
 
 
 def test_disconnect_while_queued_frees_permits(tiny_path: Path) -> None:
