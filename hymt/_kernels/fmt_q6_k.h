@@ -112,57 +112,26 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, 
     *dsc = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 208))), sc);
 }
 
-/* Rows [r, r + R·sub) × tokens [0, tt) of a token tile over all blocks; acc [R·sub][HYMT_KQ_TT]. The
- * codes of R rows stay in registers while each token's activations are loaded once for all R rows;
- * the sub groups of R rows reuse the block's activations from L1. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
-                                                          const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
-                                                          const __m512i s1[4], const __m512i s2[2], __m512 *acc,
-                                                          const int R, int sub) {
+/* One row × the tokens [0, tt) of a token tile, over all blocks; acc [tt]. The path for few tokens
+ * (n < HYMT_KQ_BATCH_MIN), where streaming the weights dominates: one sequential stream per thread. */
+HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const hymt_kq8 *a0, size_t act_stride, int tt,
+                                                    int64_t nb, const __m512i s1[4], const __m512i s2[2],
+                                                    __m512 *acc) {
     for (int64_t b = 0; b < nb; b++) {
-        for (int k = 0; k < sub; k++) {
-            const int64_t rk = r + (int64_t)R * k;
-            __m512 *acck = acc + R * k * HYMT_KQ_TT;
-            __m512i wq[HYMT_KQ_RT][4];
-            __m512 dsc[HYMT_KQ_RT];
-            for (int i = 0; i < R; i++) {
-                const uint8_t *blk = w + (size_t)(rk + i) * row_bytes + b * HYMT_Q6_K_BYTES;
-                hymt_kq_prefetch(blk);
-                hymt_q6_k_unpack_avx512(blk, s1, s2, wq[i], &dsc[i]);
-            }
-            const hymt_kq8 *g = a0 + b;
-            for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-                const __m512i q0 = _mm512_loadu_si512((const void *)g->qs);
-                const __m512i q1 = _mm512_loadu_si512((const void *)(g->qs + 64));
-                const __m512i q2 = _mm512_loadu_si512((const void *)(g->qs + 128));
-                const __m512i q3 = _mm512_loadu_si512((const void *)(g->qs + 192));
-                const __m512i offset = _mm512_loadu_si512((const void *)g->nb32);
-                const __m512 s = _mm512_set1_ps(g->d);
-                for (int i = 0; i < R; i++) {
-                    __m512i isum = _mm512_dpbusd_epi32(offset, wq[i][0], q0);
-                    isum = _mm512_dpbusd_epi32(isum, wq[i][1], q1);
-                    isum = _mm512_dpbusd_epi32(isum, wq[i][2], q2);
-                    isum = _mm512_dpbusd_epi32(isum, wq[i][3], q3);
-                    __m512 scale = _mm512_mul_ps(dsc[i], s);
-                    __m512 *a = &acck[i * HYMT_KQ_TT + t];
-                    *a = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), *a);
-                }
-            }
+        const uint8_t *blk = row + b * HYMT_Q6_K_BYTES;
+        hymt_kq_prefetch(blk);
+        __m512i wq[4];
+        __m512 dsc;
+        hymt_q6_k_unpack_avx512(blk, s1, s2, wq, &dsc);
+        const hymt_kq8 *g = a0 + b;
+        for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
+            __m512i isum = _mm512_loadu_si512((const void *)g->nb32);
+            for (int v = 0; v < 4; v++)
+                isum = _mm512_dpbusd_epi32(isum, wq[v], _mm512_loadu_si512((const void *)(g->qs + 64 * v)));
+            __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(g->d));
+            acc[t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[t]);
         }
     }
-}
-
-HYMT_TARGET_AVX512 static void hymt_q6_k_rows1_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
-                                                      const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
-                                                      const __m512i s1[4], const __m512i s2[2], __m512 *acc) {
-    hymt_q6_k_rows_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, 1, 1);
-}
-
-HYMT_TARGET_AVX512 static void hymt_q6_k_rowsN_avx512(const uint8_t *w, size_t row_bytes, int64_t r,
-                                                      const hymt_kq8 *a0, size_t act_stride, int tt, int64_t nb,
-                                                      const __m512i s1[4], const __m512i s2[2], __m512 *acc,
-                                                      int sub) {
-    hymt_q6_k_rows_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, HYMT_KQ_RT, sub);
 }
 
 HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -176,29 +145,33 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
     for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
 
     const int64_t nb = cols / 256;
-    __m512 acc[HYMT_KQ_RT * HYMT_KQ_SUB * HYMT_KQ_TT]; /* [row][token] 16 chunk lanes */
-    const int rt_max = hymt_kq_row_tile(n);
-    for (int64_t r = r0; r < r1;) {
-        /* rt_max rows, else the remaining whole groups of HYMT_KQ_RT rows, else one row */
-        const int64_t left = r1 - r;
-        int rt = 1;
-        if (left >= rt_max)
-            rt = rt_max;
-        else if (rt_max > 1 && left >= HYMT_KQ_RT)
-            rt = (int)(left / HYMT_KQ_RT) * HYMT_KQ_RT;
+    if (n >= HYMT_KQ_BATCH_MIN) {
+        /* u: [HYMT_KQ_PANEL][nb] rows unpacked once for all n tokens */
+        hymt_kq_unpacked *u = (hymt_kq_unpacked *)aligned_alloc(64, (size_t)HYMT_KQ_PANEL * nb * sizeof *u);
+        if (u != NULL) {
+            for (int64_t r = r0; r < r1; r += HYMT_KQ_PANEL) {
+                const int R = r1 - r < HYMT_KQ_PANEL ? (int)(r1 - r) : HYMT_KQ_PANEL;
+                for (int i = 0; i < R; i++)
+                    for (int64_t b = 0; b < nb; b++) {
+                        const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
+                        hymt_kq_prefetch(blk);
+                        hymt_q6_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq, &u[i * nb + b].dsc);
+                    }
+                hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride, 0);
+            }
+            free(u);
+            return;
+        }
+    }
+    __m512 acc[HYMT_KQ_TT]; /* [token] 16 chunk lanes */
+    for (int64_t r = r0; r < r1; r++) {
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) acc[i * HYMT_KQ_TT + t] = _mm512_setzero_ps();
+            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
             const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
-            if (rt == 1)
-                hymt_q6_k_rows1_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc);
-            else
-                hymt_q6_k_rowsN_avx512(w, row_bytes, r, a0, act_stride, tt, nb, s1, s2, acc, rt / HYMT_KQ_RT);
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r + i] = hymt_hsum512(acc[i * HYMT_KQ_TT + t]);
+            hymt_q6_k_row_avx512(w + (size_t)r * row_bytes, a0, act_stride, tt, nb, s1, s2, acc);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = hymt_hsum512(acc[t]);
         }
-        r += rt;
     }
 }
 
@@ -228,7 +201,7 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_by
     const int64_t nb = cols / 256;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[HYMT_KQ_RT][HYMT_KQ_TT][2]; /* [row][token][lanes 0-7 | 8-15] */
-    const int rt_max = hymt_kq_row_tile(n) > 1 ? HYMT_KQ_RT : 1;
+    const int rt_max = hymt_kq_row_tile(n);
     for (int64_t r = r0; r < r1; r += rt_max) {
         const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {

@@ -17,6 +17,8 @@
 #ifndef HYMT_KQUANT_COMMON_H
 #define HYMT_KQUANT_COMMON_H
 
+#include <stdlib.h>
+
 #include "hymt_common.h"
 #include "act_q8g.h"
 #include "cpu.h"
@@ -25,16 +27,16 @@
 /* Token tiles of the scalar references (any size gives the same values; bounds the stack). */
 #define HYMT_KQ_SCALAR_TILE 16
 
-/* Tiles of the SIMD kernels: RT rows × TT tokens share one pass over the weight blocks; each block is
- * unpacked once per (row, tile) and its codes stay in registers for all TT tokens. The per-(row,
- * token) accumulators live in a small stack array (L1), so TT can be large; the activations of one
- * block for the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming
- * dominates, and one row at a time (a single sequential stream per thread) reads fastest. */
-#define HYMT_KQ_RT 4
-#define HYMT_KQ_SUB 4
+/* Tiles of the AVX2 and NEON kernels: RT rows × TT tokens share one pass over the weight blocks; each
+ * block is unpacked once per (row, tile) and its codes stay in registers for all TT tokens; the
+ * per-(row, token) accumulators live in a small stack array (L1). The activations of one block for
+ * the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming dominates, and
+ * one row at a time (a single sequential stream per thread) reads fastest. (The AVX-512 kernels
+ * tile differently, see hymt_kq_tile_avx512.) */
+#define HYMT_KQ_RT 8
 #define HYMT_KQ_TT 16
 
-static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT * HYMT_KQ_SUB; }
+static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
 
 /* Software prefetch of the weight block HYMT_KQ_PREFETCH bytes ahead on the current row: with only
  * the hardware prefetchers GEMV reached ~70% of the streaming read rate. (Prefetches never fault
@@ -188,6 +190,122 @@ static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x
     float32x4_t c = vaddq_f32(vaddq_f32(f0, f2), vaddq_f32(f1, f3));
     float32x2_t e = vadd_f32(vget_low_f32(c), vget_high_f32(c));
     return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
+}
+#endif
+
+#if defined(HYMT_X86)
+/* Batched AVX-512 path (n >= HYMT_KQ_BATCH_MIN tokens): each row is unpacked ONCE into this form (a
+ * per-thread scratch of HYMT_KQ_PANEL rows), then register tiles of BR rows × BT tokens run over it: per
+ * block and code vector v, BR weight loads and BT activation loads feed BR·BT vpdpbusd, the int32
+ * chunk sums and the float accumulators of the whole tile stay in registers. The per-lane float
+ * math is exactly the one of the format's definition, in the same block order. */
+#define HYMT_KQ_BATCH_MIN 8
+#define HYMT_KQ_BR 3
+#define HYMT_KQ_BT 4
+#define HYMT_KQ_PANEL (4 * HYMT_KQ_BR)
+
+/* Loads are the scarce resource of the tile (about one 64-byte load per cycle here): keep a loaded
+ * vector in a register for all its uses instead of letting the compiler fold one load into each. */
+#define HYMT_KQ_IN_REGISTER(v) __asm__("" : "+v"(v))
+
+typedef struct {
+    __m512i wq[4]; /* codes, kq layout */
+    __m512 dsc;    /* d × f32(scale of lane) */
+    __m512 dmn;    /* Q4_K: dmin × f32(min of lane); unused by Q6_K */
+} hymt_kq_unpacked;
+
+/* Rows [0, R) of u ([R][nb]) × tokens [0, T) from act; y points at (token 0, row 0) of the tile.
+ * q4k: lanes start at 0 and take the min term (Q4_K); else they start at −32·Σq (Q6_K). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act,
+                                                        size_t act_stride, float *y, int64_t y_stride, const int R,
+                                                        const int T, const int q4k) {
+    __m512 acc[HYMT_KQ_BR][HYMT_KQ_BT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const hymt_kq8 *g[HYMT_KQ_BT];
+        for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
+        __m512i isum[HYMT_KQ_BR][HYMT_KQ_BT];
+        for (int t = 0; t < T; t++) {
+            __m512i start = q4k ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)g[t]->nb32);
+            HYMT_KQ_IN_REGISTER(start);
+            for (int r = 0; r < R; r++) isum[r][t] = start;
+        }
+        for (int v = 0; v < 4; v++) {
+            __m512i wv[HYMT_KQ_BR];
+            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
+            for (int t = 0; t < T; t++) {
+                __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
+                HYMT_KQ_IN_REGISTER(a);
+                for (int r = 0; r < R; r++) isum[r][t] = _mm512_dpbusd_epi32(isum[r][t], wv[r], a);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            const __m512 s = _mm512_set1_ps(g[t]->d);
+            __m512 bsd = q4k ? _mm512_loadu_ps(g[t]->bsd) : _mm512_setzero_ps();
+            HYMT_KQ_IN_REGISTER(bsd);
+            for (int r = 0; r < R; r++) {
+                __m512 scale = _mm512_mul_ps(u[r * nb + b].dsc, s);
+                acc[r][t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[r][t]), acc[r][t]);
+                if (q4k) acc[r][t] = _mm512_fnmadd_ps(u[r * nb + b].dmn, bsd, acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * y_stride + r] = hymt_hsum512(acc[r][t]);
+}
+
+typedef void (*hymt_kq_tile_fn)(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act, size_t act_stride,
+                                float *y, int64_t y_stride);
+
+#define HYMT_KQ_TILE(R, T)                                                                                    \
+    HYMT_TARGET_AVX512 static void hymt_kq_tile_q6_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,           \
+                                                             const uint8_t *act, size_t act_stride, float *y, \
+                                                             int64_t y_stride) {                              \
+        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T, 0);                                    \
+    }                                                                                                         \
+    HYMT_TARGET_AVX512 static void hymt_kq_tile_q4_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,           \
+                                                             const uint8_t *act, size_t act_stride, float *y, \
+                                                             int64_t y_stride) {                              \
+        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T, 1);                                    \
+    }
+HYMT_KQ_TILE(1, 1)
+HYMT_KQ_TILE(1, 2)
+HYMT_KQ_TILE(1, 3)
+HYMT_KQ_TILE(1, 4)
+HYMT_KQ_TILE(2, 1)
+HYMT_KQ_TILE(2, 2)
+HYMT_KQ_TILE(2, 3)
+HYMT_KQ_TILE(2, 4)
+HYMT_KQ_TILE(3, 1)
+HYMT_KQ_TILE(3, 2)
+HYMT_KQ_TILE(3, 3)
+HYMT_KQ_TILE(3, 4)
+#undef HYMT_KQ_TILE
+
+/* [q4k][R - 1][T - 1] */
+static const hymt_kq_tile_fn hymt_kq_tiles[2][HYMT_KQ_BR][HYMT_KQ_BT] = {
+    {{hymt_kq_tile_q6_1x1, hymt_kq_tile_q6_1x2, hymt_kq_tile_q6_1x3, hymt_kq_tile_q6_1x4},
+     {hymt_kq_tile_q6_2x1, hymt_kq_tile_q6_2x2, hymt_kq_tile_q6_2x3, hymt_kq_tile_q6_2x4},
+     {hymt_kq_tile_q6_3x1, hymt_kq_tile_q6_3x2, hymt_kq_tile_q6_3x3, hymt_kq_tile_q6_3x4}},
+    {{hymt_kq_tile_q4_1x1, hymt_kq_tile_q4_1x2, hymt_kq_tile_q4_1x3, hymt_kq_tile_q4_1x4},
+     {hymt_kq_tile_q4_2x1, hymt_kq_tile_q4_2x2, hymt_kq_tile_q4_2x3, hymt_kq_tile_q4_2x4},
+     {hymt_kq_tile_q4_3x1, hymt_kq_tile_q4_3x2, hymt_kq_tile_q4_3x3, hymt_kq_tile_q4_3x4}},
+};
+
+/* All n tokens for a panel of rows unpacked in u ([rows][nb], rows <= HYMT_KQ_PANEL); y points at
+ * (token 0, first row). Token tiles outside, row tiles inside: a tile's activations stay in L1 while
+ * every row tile of the panel uses them. */
+static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb, const uint8_t *act,
+                                 size_t act_stride, int64_t n, float *y, int64_t y_stride, int q4k) {
+    for (int64_t t = 0; t < n; t += HYMT_KQ_BT) {
+        const int T = n - t < HYMT_KQ_BT ? (int)(n - t) : HYMT_KQ_BT;
+        for (int r = 0; r < rows; r += HYMT_KQ_BR) {
+            const int R = rows - r < HYMT_KQ_BR ? rows - r : HYMT_KQ_BR;
+            hymt_kq_tiles[q4k][R - 1][T - 1](u + (size_t)r * nb, nb, act + (size_t)t * act_stride, act_stride,
+                                             y + t * y_stride + r, y_stride);
+        }
+    }
 }
 #endif
 
