@@ -23,13 +23,32 @@
 /* Below this many float operations a loop runs on the calling thread (a parallel region costs µs). */
 #define HYMT_OPS_PARALLEL_WORK 32768
 
-static inline float hymt_ops_dot(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#if defined(__GNUC__) && !defined(__clang__)
+/* The vector helpers below are always inlined, so the vector-return ABI note does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+/* 8 float32 lanes; GCC/Clang lower the element-wise operations to whatever vector width the function is
+ * compiled for, with IEEE results identical to the scalar operations (no contraction: -ffp-contract=off). */
+typedef float hymt_v8f __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) hymt_v8f hymt_load8(const float *p) {
+    hymt_v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void hymt_store8(float *p, hymt_v8f v) { memcpy(p, &v, sizeof v); }
+
+/* Lane l accumulates a[i] * b[i] for i % 8 == l, then a fixed tree combines the lanes. */
+static inline __attribute__((always_inline)) float hymt_ops_dot(const float *a, const float *b, int64_t n) {
+    hymt_v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; i + 8 <= n; i += 8) acc += hymt_load8(a + i) * hymt_load8(b + i);
+    float l[8];
+    hymt_store8(l, acc);
+    for (int k = 0; i < n; i++, k++) l[k] += a[i] * b[i];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
 /* out[i] = x[i] * (1 / sqrt(dot(x, x) / d + eps)) * w[i]; out may alias x. */
@@ -95,46 +114,121 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
     }
 }
 
+/* One attention task: token t (absolute position start + t) and kv head kv, for the H/K query heads
+ * sharing that kv head, so each key and value row is loaded once per group. Each head's scores, softmax
+ * and position-ordered sum of prob * v are computed here, on one thread.
+ * scores: group * span floats of scratch (span = start + n). */
+static inline __attribute__((always_inline)) void hymt_attention_task_body(
+    const float *q, const float *keys, const float *values, int64_t start, int64_t t, int64_t kv, int64_t H,
+    int64_t K, int64_t D, int64_t span, float *scores, float *out) {
+    const int64_t group = H / K, len = start + t + 1;
+    const float scale = 1.0f / sqrtf((float)D);
+    const float *qg = q + (t * H + kv * group) * D; /* the group's query heads, contiguous */
+    float *og = out + (t * H + kv * group) * D;
+    /* scores: up to 8 query heads at a time against each key row, one lane vector per head (independent
+     * chains); each head's sum has exactly the lane order and final tree of hymt_ops_dot. */
+    for (int64_t g0 = 0; g0 < group; g0 += 8) {
+        const int64_t gn = group - g0 < 8 ? group - g0 : 8;
+        for (int64_t p = 0; p < len; p++) {
+            const float *k = keys + (p * K + kv) * D;
+            hymt_v8f acc[8];
+            for (int64_t g = 0; g < gn; g++) acc[g] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t i = 0;
+            for (; i + 8 <= D; i += 8) {
+                const hymt_v8f kk = hymt_load8(k + i);
+                for (int64_t g = 0; g < gn; g++) acc[g] += hymt_load8(qg + (g0 + g) * D + i) * kk;
+            }
+            for (int64_t g = 0; g < gn; g++) {
+                float l[8];
+                hymt_store8(l, acc[g]);
+                const float *qh = qg + (g0 + g) * D;
+                for (int64_t j = i, m = 0; j < D; j++, m++) l[m] += qh[j] * k[j];
+                const float dot = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+                scores[(g0 + g) * span + p] = dot * scale;
+            }
+        }
+    }
+    for (int64_t g = 0; g < group; g++) {
+        float *s = scores + g * span;
+        float max = -INFINITY;
+        for (int64_t p = 0; p < len; p++) max = s[p] > max ? s[p] : max;
+        float sum = 0.0f;
+        for (int64_t p = 0; p < len; p++) {
+            s[p] = expf(s[p] - max);
+            sum += s[p];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t p = 0; p < len; p++) s[p] *= inv;
+    }
+    for (int64_t g = 0; g < group; g++) {
+        float *o = og + g * D;
+        const float *s = scores + g * span;
+        int64_t d = 0;
+        /* 64 output dims at a time: 8 independent lane vectors, each summing positions in order */
+        for (; d + 64 <= D; d += 64) {
+            hymt_v8f acc[8];
+            for (int m = 0; m < 8; m++) acc[m] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t p = 0; p < len; p++) {
+                const float *v = values + (p * K + kv) * D + d;
+                const float prob = s[p];
+                for (int m = 0; m < 8; m++) acc[m] += prob * hymt_load8(v + 8 * m);
+            }
+            for (int m = 0; m < 8; m++) hymt_store8(o + d + 8 * m, acc[m]);
+        }
+        for (; d + 8 <= D; d += 8) {
+            hymt_v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t p = 0; p < len; p++) acc += s[p] * hymt_load8(values + (p * K + kv) * D + d);
+            hymt_store8(o + d, acc);
+        }
+        for (; d < D; d++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < len; p++) acc += s[p] * values[(p * K + kv) * D + d];
+            o[d] = acc;
+        }
+    }
+}
+
+typedef void (*hymt_attention_task_fn)(const float *, const float *, const float *, int64_t, int64_t, int64_t,
+                                       int64_t, int64_t, int64_t, int64_t, float *, float *);
+
+static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t start,
+                                        int64_t t, int64_t kv, int64_t H, int64_t K, int64_t D, int64_t span,
+                                        float *scores, float *out) {
+    hymt_attention_task_body(q, keys, values, start, t, kv, H, K, D, span, scores, out);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The same operations on 256-bit registers: bit-identical to the generic build (no fma, same order). */
+__attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
+                                                                      const float *values, int64_t start,
+                                                                      int64_t t, int64_t kv, int64_t H, int64_t K,
+                                                                      int64_t D, int64_t span, float *scores,
+                                                                      float *out) {
+    hymt_attention_task_body(q, keys, values, start, t, kv, H, K, D, span, scores, out);
+}
+#endif
+
 /* Causal grouped-query attention of n new tokens at positions start..start+n-1 whose keys and values
  * are already in the cache. q[n, H, D]; keys/values[cap, K, D] (cap >= start + n); out[n, H, D].
- * Query head h reads kv head h / (H / K). One (token, head) pair per task: scores, softmax and the
- * position-ordered sum of prob * v all run on one thread. Returns -1 if scratch allocation failed. */
+ * Query head h reads kv head h / (H / K). Returns -1 if scratch allocation failed. */
 static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
                           int64_t H, int64_t K, int64_t D, float *out, int threads) {
+    hymt_attention_task_fn task_fn = hymt_attention_task_generic;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2")) task_fn = hymt_attention_task_avx2;
+#endif
     int failed = 0;
     const int64_t group = H / K, span = start + n;
-    const float scale = 1.0f / sqrtf((float)D);
 #pragma omp parallel num_threads(threads) if (n * H * span * D >= HYMT_OPS_PARALLEL_WORK)
     {
-        float *scores = (float *)malloc((size_t)span * sizeof(float));
+        float *scores = (float *)malloc((size_t)(group * span) * sizeof(float));
         if (scores == NULL) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
-        for (int64_t task = 0; task < n * H; task++) {
-            if (scores == NULL) continue;
-            const int64_t t = task / H, h = task % H, kv = h / group, len = start + t + 1;
-            const float *qh = q + (t * H + h) * D;
-            float *o = out + (t * H + h) * D;
-            float max = -INFINITY;
-            for (int64_t p = 0; p < len; p++) {
-                float s = hymt_ops_dot(qh, keys + (p * K + kv) * D, D) * scale;
-                scores[p] = s;
-                max = s > max ? s : max;
-            }
-            float sum = 0.0f;
-            for (int64_t p = 0; p < len; p++) {
-                scores[p] = expf(scores[p] - max);
-                sum += scores[p];
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
-            for (int64_t p = 0; p < len; p++) {
-                const float prob = scores[p] * inv;
-                const float *v = values + (p * K + kv) * D;
-                for (int64_t d = 0; d < D; d++) o[d] += prob * v[d];
-            }
+        for (int64_t task = 0; task < n * K; task++) {
+            if (scores != NULL) task_fn(q, keys, values, start, task / K, task % K, H, K, D, span, scores, out);
         }
         free(scores);
     }
