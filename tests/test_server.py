@@ -819,3 +819,44 @@ def test_engine_prefill_packing_while_decoding(tiny_model: Any) -> None:
         wait_until(lambda: engine.admitted == 0 and engine.active == 0)
     finally:
         engine.shutdown()
+
+
+def test_random_bodies_never_cause_a_server_error(client: Any) -> None:
+    """Seeded mutations of the base request: every answer is 200 or a 4xx in the error shape."""
+    import random
+
+    rng = random.Random(1234)
+    values: list[Any] = [
+        None, True, False, 0, 1, -1, 3, 2**31, 2**64, -(2**70), 0.5, -0.0, 1e308, "", "x", "test", "é\x00",
+        [], [1], ["a"], [None], {}, {"a": 1}, {"include_usage": True}, {"type": "text", "text": "x"},
+        [{"role": "user", "content": "x"}], [{"role": "user", "content": [{"type": "text", "text": "y"}]}],
+    ]  # fmt: skip
+    fields = [*BASE, "stream", "stream_options", "max_completion_tokens", "n", "top_p", "top_k"]
+    fields += ["repetition_penalty", "seed", "stop", "tools", "messages"]
+    for _ in range(300):
+        body: dict[str, Any] = json.loads(json.dumps(BASE))
+        for _ in range(rng.randint(1, 3)):
+            choice = rng.random()
+            if choice < 0.6:
+                body[rng.choice(fields)] = json.loads(json.dumps(rng.choice(values)))  # a fresh copy
+            elif choice < 0.8:
+                message = (
+                    body["messages"][0]
+                    if body.get("messages") and isinstance(body["messages"], list)
+                    else None
+                )
+                if isinstance(message, dict):
+                    message[rng.choice(["role", "content", "name"])] = json.loads(
+                        json.dumps(rng.choice(values))
+                    )
+            else:
+                body.pop(rng.choice(list(body) or ["model"]), None)
+        for key in ("max_tokens", "max_completion_tokens"):  # keep generations short, schema errors intact
+            value = body.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 8 < value < 2**64:
+                body[key] = 8
+        response = post(client, body)
+        if response.status_code != 200:
+            assert 400 <= response.status_code < 500, (body, response.data)
+            assert_error(response, response.status_code, response.get_json()["error"]["type"])
+    assert client.get("/healthz").status_code == 200
