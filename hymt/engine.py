@@ -75,9 +75,8 @@ _CLOSED = "closed"
 class Ticket:
     """One admitted request: its cancel flag, its event queue and its place in the engine."""
 
-    def __init__(self, engine: Engine, number: int) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.number = number
         self.cancelled = False  # read by the model before every layer (through the session's cancel callable)
         self.created: int | None = None  # unix seconds when the active slot was obtained
         self.completion: Completion | None = None
@@ -181,7 +180,6 @@ class Engine:
         self._tickets: set[Ticket] = set()  # every unclosed ticket (shutdown cancels them)
         self._closed = False  # no new admissions
         self._stopping = False  # the compute thread exits once nothing is left to run
-        self._counter = 0
         self._thread = threading.Thread(target=self._run, name="hymt-engine", daemon=True)
         self._thread.start()
 
@@ -195,8 +193,7 @@ class Engine:
             if self._admitted >= self.max_concurrent + self.queue_capacity:
                 raise QueueFull()
             self._admitted += 1
-            ticket = Ticket(self, self._counter)
-            self._counter += 1
+            ticket = Ticket(self)
             self._tickets.add(ticket)
             return ticket
 
