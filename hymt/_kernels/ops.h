@@ -22,6 +22,8 @@
 
 /* Below this many float operations a loop runs on the calling thread (a parallel region costs µs). */
 #define HYMT_OPS_PARALLEL_WORK 32768
+/* Attention work (multiply-adds of q·k) below which one thread is faster than waking the others. */
+#define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 20)
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* The vector helpers below are always inlined, so the vector-return ABI note does not apply. */
@@ -114,6 +116,31 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
     }
 }
 
+/* scores[g * span + p] = dot(q_g, key_p) * scale for gn consecutive query heads q[gn, D] (gn <= 8, a
+ * constant after inlining) and positions p < len of kv head kv. */
+static inline __attribute__((always_inline)) void hymt_scores_heads(const float *q, const float *keys, int64_t K,
+                                                                   int64_t kv, int64_t D, int64_t len,
+                                                                   float scale, float *scores, int64_t span,
+                                                                   const int gn) {
+    for (int64_t p = 0; p < len; p++) {
+        const float *k = keys + (p * K + kv) * D;
+        hymt_v8f acc[8];
+        for (int g = 0; g < gn; g++) acc[g] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= D; i += 8) {
+            const hymt_v8f kk = hymt_load8(k + i);
+            for (int g = 0; g < gn; g++) acc[g] += hymt_load8(q + g * D + i) * kk;
+        }
+        for (int g = 0; g < gn; g++) {
+            float l[8];
+            hymt_store8(l, acc[g]);
+            for (int64_t j = i, m = 0; j < D; j++, m++) l[m] += q[g * D + j] * k[j];
+            const float dot = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+            scores[g * span + p] = dot * scale;
+        }
+    }
+}
+
 /* One attention task: token t (absolute position start + t) and kv head kv, for the H/K query heads
  * sharing that kv head, so each key and value row is loaded once per group. Each head's scores, softmax
  * and position-ordered sum of prob * v are computed here, on one thread.
@@ -125,29 +152,13 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
     const float scale = 1.0f / sqrtf((float)D);
     const float *qg = q + (t * H + kv * group) * D; /* the group's query heads, contiguous */
     float *og = out + (t * H + kv * group) * D;
-    /* scores: up to 8 query heads at a time against each key row, one lane vector per head (independent
-     * chains); each head's sum has exactly the lane order and final tree of hymt_ops_dot. */
-    for (int64_t g0 = 0; g0 < group; g0 += 8) {
-        const int64_t gn = group - g0 < 8 ? group - g0 : 8;
-        for (int64_t p = 0; p < len; p++) {
-            const float *k = keys + (p * K + kv) * D;
-            hymt_v8f acc[8];
-            for (int64_t g = 0; g < gn; g++) acc[g] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
-            int64_t i = 0;
-            for (; i + 8 <= D; i += 8) {
-                const hymt_v8f kk = hymt_load8(k + i);
-                for (int64_t g = 0; g < gn; g++) acc[g] += hymt_load8(qg + (g0 + g) * D + i) * kk;
-            }
-            for (int64_t g = 0; g < gn; g++) {
-                float l[8];
-                hymt_store8(l, acc[g]);
-                const float *qh = qg + (g0 + g) * D;
-                for (int64_t j = i, m = 0; j < D; j++, m++) l[m] += qh[j] * k[j];
-                const float dot = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-                scores[(g0 + g) * span + p] = dot * scale;
-            }
-        }
-    }
+    /* scores: GN query heads at a time against each key row, one lane vector per head (independent
+     * chains, kept in registers because GN is a constant); each head's sum has exactly the lane order and
+     * final tree of hymt_ops_dot. */
+    int64_t g0 = 0;
+    for (; g0 + 8 <= group; g0 += 8) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 8);
+    for (; g0 + 4 <= group; g0 += 4) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 4);
+    for (; g0 < group; g0++) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 1);
     for (int64_t g = 0; g < group; g++) {
         float *s = scores + g * span;
         float max = -INFINITY;
@@ -219,7 +230,7 @@ static int hymt_attention(const float *q, const float *keys, const float *values
 #endif
     int failed = 0;
     const int64_t group = H / K, span = start + n;
-#pragma omp parallel num_threads(threads) if (n * H * span * D >= HYMT_OPS_PARALLEL_WORK)
+#pragma omp parallel num_threads(threads) if (n * H * span * D >= HYMT_OPS_ATTENTION_PARALLEL_WORK)
     {
         float *scores = (float *)malloc((size_t)(group * span) * sizeof(float));
         if (scores == NULL) {
