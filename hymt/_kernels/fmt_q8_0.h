@@ -63,6 +63,44 @@ static inline int64_t hymt_q8_0_chunks(int64_t cols) { return (cols + 511) / 512
 
 static size_t hymt_act_stride_q8_0(int64_t cols) { return (size_t)hymt_q8_0_chunks(cols) * sizeof(hymt_q8_0_act); }
 
+/* qt and bias of a chunk from its qs (pure data movement and exact integer sums). */
+static void hymt_q8_0_finish_chunk_scalar(hymt_q8_0_act *a) {
+    for (int k = 0; k < 16; k++) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) sum += a->qs[32 * k + i];
+        a->bias[k] = HYMT_Q8_0_MAGIC - 128 * sum;
+        for (int i = 0; i < 8; i++) memcpy(a->qt + 64 * i + 4 * k, a->qs + 32 * k + 4 * i, 4);
+    }
+}
+
+#if defined(HYMT_X86)
+/* The same with a 4×4 dword transpose per 128-bit lane, and the block sums as 8 chained vpdpbusd with
+ * ones over the transposed vectors (lane k accumulates block k). */
+HYMT_TARGET_AVX512 static void hymt_q8_0_finish_chunk_avx512(hymt_q8_0_act *a) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i sum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512i X[4];
+        for (int m = 0; m < 4; m++) {
+            const int8_t *p = a->qs + 32 * m + 16 * h; /* lane L <- dwords 4h..4h+3 of block 4L + m */
+            __m512i v = _mm512_castsi128_si512(_mm_load_si128((const __m128i *)p));
+            v = _mm512_inserti32x4(v, _mm_load_si128((const __m128i *)(p + 128)), 1);
+            v = _mm512_inserti32x4(v, _mm_load_si128((const __m128i *)(p + 256)), 2);
+            X[m] = _mm512_inserti32x4(v, _mm_load_si128((const __m128i *)(p + 384)), 3);
+        }
+        __m512i t0 = _mm512_unpacklo_epi32(X[0], X[1]), t1 = _mm512_unpackhi_epi32(X[0], X[1]);
+        __m512i t2 = _mm512_unpacklo_epi32(X[2], X[3]), t3 = _mm512_unpackhi_epi32(X[2], X[3]);
+        __m512i y[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                        _mm512_unpackhi_epi64(t1, t3)};
+        for (int i = 0; i < 4; i++) {
+            _mm512_store_si512((void *)(a->qt + 64 * (4 * h + i)), y[i]);
+            sum = _mm512_dpbusd_epi32(sum, ones, y[i]);
+        }
+    }
+    _mm512_store_si512((void *)a->bias, _mm512_sub_epi32(_mm512_set1_epi32(HYMT_Q8_0_MAGIC), _mm512_slli_epi32(sum, 7)));
+}
+#endif
+
 static void hymt_prepare_q8_0(const float *x, int64_t cols, uint8_t *act) {
     hymt_q8_0_act *a = (hymt_q8_0_act *)act;
     int64_t groups = cols / 256;
@@ -74,12 +112,13 @@ static void hymt_prepare_q8_0(const float *x, int64_t cols, uint8_t *act) {
             memcpy(a[c].qs + 256 * h, g.qs, 256);
             for (int k = 8 * h; k < 8 * h + 8; k++) a[c].s[k] = g.d;
         }
-        for (int k = 0; k < 16; k++) {
-            int32_t sum = 0;
-            for (int i = 0; i < 32; i++) sum += a[c].qs[32 * k + i];
-            a[c].bias[k] = HYMT_Q8_0_MAGIC - 128 * sum;
-            for (int i = 0; i < 8; i++) memcpy(a[c].qt + 64 * i + 4 * k, a[c].qs + 32 * k + 4 * i, 4);
+#if defined(HYMT_X86)
+        if (hymt_active_isa == HYMT_ISA_AVX512) {
+            hymt_q8_0_finish_chunk_avx512(&a[c]);
+            continue;
         }
+#endif
+        hymt_q8_0_finish_chunk_scalar(&a[c]);
     }
 }
 
