@@ -268,7 +268,7 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
 
 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                    size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
-    if (n >= HYMT_LOWBIT_BATCH_MIN)
+    if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) /* (the tiles write y per block: none when cols = 0) */
         q2c_gemm_tiles(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
     else
         q2c_gemm_rows(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);

@@ -385,7 +385,7 @@ static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t 
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                     int64_t y_stride) {
     int vbmi = hymt_cpu()->avx512vbmi;
-    if (n >= HYMT_LOWBIT_BATCH_MIN) {
+    if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
         if (vbmi)
             stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
         else
