@@ -219,20 +219,20 @@ typedef struct {
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act,
                                                         size_t act_stride, float *y, int64_t y_stride, const int R,
                                                         const int T, const int q4k) {
-    __m512 acc[4][4];
+    __m512 acc[HYMT_KQ_BR][HYMT_KQ_BT];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const hymt_kq8 *g[4];
+        const hymt_kq8 *g[HYMT_KQ_BT];
         for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
-        __m512i isum[4][4];
+        __m512i isum[HYMT_KQ_BR][HYMT_KQ_BT];
         for (int t = 0; t < T; t++) {
             __m512i start = q4k ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)g[t]->nb32);
             HYMT_KQ_IN_REGISTER(start);
             for (int r = 0; r < R; r++) isum[r][t] = start;
         }
         for (int v = 0; v < 4; v++) {
-            __m512i wv[4];
+            __m512i wv[HYMT_KQ_BR];
             for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
             for (int t = 0; t < T; t++) {
                 __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
@@ -281,22 +281,16 @@ HYMT_KQ_TILE(3, 1)
 HYMT_KQ_TILE(3, 2)
 HYMT_KQ_TILE(3, 3)
 HYMT_KQ_TILE(3, 4)
-HYMT_KQ_TILE(4, 1)
-HYMT_KQ_TILE(4, 2)
-HYMT_KQ_TILE(4, 3)
-HYMT_KQ_TILE(4, 4)
 #undef HYMT_KQ_TILE
 
-/* [q4k][R - 1][T - 1], R and T up to 4 (HYMT_KQ_BR, HYMT_KQ_BT <= 4) */
-static const hymt_kq_tile_fn hymt_kq_tiles[2][4][4] = {
+/* [q4k][R - 1][T - 1] */
+static const hymt_kq_tile_fn hymt_kq_tiles[2][HYMT_KQ_BR][HYMT_KQ_BT] = {
     {{hymt_kq_tile_q6_1x1, hymt_kq_tile_q6_1x2, hymt_kq_tile_q6_1x3, hymt_kq_tile_q6_1x4},
      {hymt_kq_tile_q6_2x1, hymt_kq_tile_q6_2x2, hymt_kq_tile_q6_2x3, hymt_kq_tile_q6_2x4},
-     {hymt_kq_tile_q6_3x1, hymt_kq_tile_q6_3x2, hymt_kq_tile_q6_3x3, hymt_kq_tile_q6_3x4},
-     {hymt_kq_tile_q6_4x1, hymt_kq_tile_q6_4x2, hymt_kq_tile_q6_4x3, hymt_kq_tile_q6_4x4}},
+     {hymt_kq_tile_q6_3x1, hymt_kq_tile_q6_3x2, hymt_kq_tile_q6_3x3, hymt_kq_tile_q6_3x4}},
     {{hymt_kq_tile_q4_1x1, hymt_kq_tile_q4_1x2, hymt_kq_tile_q4_1x3, hymt_kq_tile_q4_1x4},
      {hymt_kq_tile_q4_2x1, hymt_kq_tile_q4_2x2, hymt_kq_tile_q4_2x3, hymt_kq_tile_q4_2x4},
-     {hymt_kq_tile_q4_3x1, hymt_kq_tile_q4_3x2, hymt_kq_tile_q4_3x3, hymt_kq_tile_q4_3x4},
-     {hymt_kq_tile_q4_4x1, hymt_kq_tile_q4_4x2, hymt_kq_tile_q4_4x3, hymt_kq_tile_q4_4x4}},
+     {hymt_kq_tile_q4_3x1, hymt_kq_tile_q4_3x2, hymt_kq_tile_q4_3x3, hymt_kq_tile_q4_3x4}},
 };
 
 /* All n tokens for a panel of rows unpacked in u ([rows][nb], rows <= HYMT_KQ_PANEL); y points at
