@@ -405,7 +405,12 @@ class Model:
         return logits
 
     def _run(self, segments: list[_Segment]) -> list[np.ndarray | None]:
-        """The forward pass over checked, uncancelled segments; None for those cancelled mid-call."""
+        """The forward pass over checked, uncancelled segments; None for those cancelled mid-call.
+
+        Each sublayer leaves its output in ``delta``; the next RMSNorm adds it to ``hidden`` in the same
+        C call (hidden += delta, then x = RMSNorm(hidden)), so a layer costs few Python-level steps.
+        """
+        cfg = self.config
         for segment in segments:
             segment.session.reserve(segment.session.position + len(segment.tokens))
         for segment in segments:
@@ -416,21 +421,30 @@ class Model:
         threads = kernels.get_num_threads()
         ids = np.concatenate([s.tokens for s in live])
         hidden = np.ascontiguousarray(quant.decode_rows(self.token_embd, ids), dtype=np.float32)  # [N, h]
+        delta = np.zeros_like(hidden)  # [N, h]: the last sublayer's output, not yet added to hidden
+        x = np.empty_like(hidden)  # [N, h]: normalized input of the current sublayer
         for layer, block in enumerate(self.blocks):
             kept = self._drop_cancelled(live)
             if not kept:
                 return [None] * len(segments)
             if len(kept) != len(live):
-                hidden = hidden[np.concatenate([np.arange(s.start, s.stop) for s in kept])]
+                rows = np.concatenate([np.arange(s.start, s.stop) for s in kept])
+                hidden, delta, x = hidden[rows], delta[rows], x[rows]
                 live, positions = kept, self._layout(kept)
-            self._attention(layer, block, hidden, live, positions, threads)
-            self._ffn(block, hidden, threads)
+            ops.add_rmsnorm(hidden, delta, block.attn_norm, cfg.rms_epsilon, x, threads)
+            self._attention(layer, block, x, live, positions, threads, delta)
+            ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
+            if isinstance(block.ffn, DenseFFN):
+                self._swiglu(block.ffn, x, delta)
+            else:
+                self._moe(block.ffn, x, delta)
         live = self._drop_cancelled(live)
         if not live:
             return [None] * len(segments)
-        last = hidden[[s.stop - 1 for s in live]]  # [S, h]
-        ops.rmsnorm(last, self.output_norm, self.config.rms_epsilon, last, threads)
-        logits = self._matmul(self.output, last)  # [S, vocab]
+        last = [s.stop - 1 for s in live]
+        last_hidden, last_x = hidden[last], np.empty((len(live), cfg.hidden), np.float32)  # [S, h]
+        ops.add_rmsnorm(last_hidden, delta[last], self.output_norm, cfg.rms_epsilon, last_x, threads)
+        logits = quant.matmul(self.output, last_x, float_path=self.float_path)  # [S, vocab]
         if not np.isfinite(logits).all():
             raise ModelError("model produced non-finite logits; check model format and weights")
         for row, segment in enumerate(live):
@@ -461,22 +475,18 @@ class Model:
                 kept.append(segment)
         return kept
 
-    def _matmul(self, weight: GGUFTensor, x: np.ndarray) -> np.ndarray:
-        return quant.matmul(weight, x, float_path=self.float_path)
-
     def _attention(
         self,
         layer: int,
         block: Block,
-        hidden: np.ndarray,
+        x: np.ndarray,
         segments: list[_Segment],
         positions: np.ndarray,
         threads: int,
+        out: np.ndarray,
     ) -> None:
-        """hidden += W_o · attention(RMSNorm(hidden)), per session over its own cache."""
+        """out = W_o · attention(x) for normalized x [N, h], each session over its own cache."""
         cfg = self.config
-        x = np.empty_like(hidden)  # [N, h]
-        ops.rmsnorm(hidden, block.attn_norm, cfg.rms_epsilon, x, threads)
         q, k, v = quant.qkv(
             block.wq, block.wk, block.wv, x, float_path=self.float_path
         )  # [N, H*D], [N, K*D] x2
@@ -492,29 +502,21 @@ class Model:
                 session.values[layer], session.position, cfg.heads, cfg.kv_heads, attended[s.start : s.stop],
                 threads,
             )  # fmt: skip
-        hidden += self._matmul(block.wo, attended)
+        quant.matmul(block.wo, attended, out=out, float_path=self.float_path)
 
-    def _ffn(self, block: Block, hidden: np.ndarray, threads: int) -> None:
-        """hidden += FFN(RMSNorm(hidden)): SwiGLU, or the HyV3 mixture of experts."""
-        x = np.empty_like(hidden)  # [N, h]
-        ops.rmsnorm(hidden, block.ffn_norm, self.config.rms_epsilon, x, threads)
-        if isinstance(block.ffn, DenseFFN):
-            hidden += self._swiglu(block.ffn, x)
-        else:
-            hidden += self._moe(block.ffn, x)
-
-    def _swiglu(self, ffn: DenseFFN, x: np.ndarray) -> np.ndarray:
+    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """down( silu(gate·x) ⊙ (up·x) ) for x [n, h] → [n, h]."""
         gate = quant.gate_up_silu(ffn.gate, ffn.up, x, float_path=self.float_path)  # [n, F]
-        return self._matmul(ffn.down, gate)
+        return quant.matmul(ffn.down, gate, out=out, float_path=self.float_path)
 
-    def _moe(self, moe: MoEFFN, x: np.ndarray) -> np.ndarray:
-        """Shared expert plus routed experts; tokens grouped by expert so each expert is read once."""
+    def _moe(self, moe: MoEFFN, x: np.ndarray, out: np.ndarray) -> None:
+        """out = shared expert + routed experts (§4.4); tokens grouped by expert so each is read once."""
         cfg = self.config
         router_logits = quant.matmul(moe.router, x, float_path=True)  # [N, E]
         selected, weights = ops.moe_route(
             router_logits, moe.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
         )  # [N, used] each
-        out = self._swiglu(moe.shared, x)  # [N, h]: shared first, then experts ascending
+        self._swiglu(moe.shared, x, out)  # shared first, then experts ascending
         flat = selected.reshape(-1)
         order = np.argsort(flat, kind="stable")  # (token, slot) pairs grouped by expert, tokens ascending
         experts, first = np.unique(flat[order], return_index=True)
@@ -525,7 +527,6 @@ class Model:
             rows = pairs // cfg.experts_used
             y = self._swiglu(moe.experts[expert], np.ascontiguousarray(x[rows]))  # [r, h]
             out[rows] += flat_weights[pairs][:, None] * y
-        return out
 
     # --- generation ---------------------------------------------------------------------------------
 

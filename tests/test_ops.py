@@ -43,18 +43,18 @@ def ref_attention(q, keys, values, start, heads, kv_heads):
     return out
 
 
-def test_rmsnorm_matches_float64_and_aliases():
-    x, w = rand(5, 300), rand(300)
-    out = np.empty_like(x)
-    ops.rmsnorm(x, w, 1e-5, out)
-    np.testing.assert_allclose(out, ref_rmsnorm(x, w, 1e-5), rtol=2e-6, atol=2e-6)
-    ops.rmsnorm(x, w, 1e-5, x)  # in place
-    np.testing.assert_array_equal(x, out)
+def test_add_rmsnorm_matches_float64():
+    hidden, delta, w = rand(5, 300), rand(5, 300), rand(300)
+    expected_hidden = hidden + delta  # float32 add, as specified
+    out = np.empty_like(hidden)
+    ops.add_rmsnorm(hidden, delta, w, 1e-5, out)
+    np.testing.assert_array_equal(hidden, expected_hidden)
+    np.testing.assert_allclose(out, ref_rmsnorm(expected_hidden, w, 1e-5), rtol=2e-6, atol=2e-6)
 
 
-def test_rmsnorm_rejects_bad_shapes():
+def test_add_rmsnorm_rejects_bad_shapes():
     with pytest.raises(KernelError):
-        ops.rmsnorm(rand(2, 4), rand(3), 1e-5, np.empty((2, 4), np.float32))
+        ops.add_rmsnorm(rand(2, 4), rand(2, 4), rand(3), 1e-5, np.empty((2, 4), np.float32))
 
 
 def test_rope_freqs_are_float32_powers():
@@ -169,7 +169,7 @@ def test_ops_independent_of_thread_count():
         out = np.empty((n, H * D), np.float32)
         ops.attention(qq, kk, v, keys, values, start, H, K, out, threads)
         norm = np.empty((n, H * D), np.float32)
-        ops.rmsnorm(out, out_w, 1e-5, norm, threads)
+        ops.add_rmsnorm(out, np.zeros_like(out), out_w, 1e-5, norm, threads)
         results.append(norm)
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[0], results[2])

@@ -60,11 +60,16 @@ static inline void hymt_rmsnorm_row(const float *x, const float *w, float *out, 
     for (int64_t i = 0; i < d; i++) out[i] = x[i] * inv * w[i];
 }
 
-/* x[rows, d] -> out[rows, d] (out may be x). */
-static void hymt_rmsnorm_rows(const float *x, const float *w, float *out, int64_t rows, int64_t d, float eps,
-                              int threads) {
+/* hidden[r] += delta[r], then out[r] = RMSNorm(hidden[r], w): a residual add fused with the next norm. */
+static void hymt_add_rmsnorm_rows(float *hidden, const float *delta, const float *w, float *out, int64_t rows,
+                                  int64_t d, float eps, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (rows * d >= HYMT_OPS_PARALLEL_WORK)
-    for (int64_t r = 0; r < rows; r++) hymt_rmsnorm_row(x + r * d, w, out + r * d, d, eps);
+    for (int64_t r = 0; r < rows; r++) {
+        float *h = hidden + r * d;
+        const float *dr = delta + r * d;
+        for (int64_t i = 0; i < d; i++) h[i] += dr[i];
+        hymt_rmsnorm_row(h, w, out + r * d, d, eps);
+    }
 }
 
 /* freqs[j] = base^(-2j/D) in float32, j < D/2. */

@@ -11,8 +11,8 @@ from libc.string cimport memcpy
 from hymt.errors import KernelError
 
 cdef extern from "ops.h" nogil:
-    void hymt_rmsnorm_rows(const float *x, const float *w, float *out, int64_t rows, int64_t d, float eps,
-                           int threads)
+    void hymt_add_rmsnorm_rows(float *hidden, const float *delta, const float *w, float *out, int64_t rows,
+                               int64_t d, float eps, int threads)
     void hymt_rope_freqs(float base, int64_t D, float *freqs)
     void hymt_rope(float *x, int64_t n, int64_t heads, int64_t D, const int64_t *pos, const float *freqs, int threads)
     void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t K, int64_t D, const int64_t *pos,
@@ -26,14 +26,18 @@ cdef extern from "ops.h" nogil:
 import numpy as np
 
 
-def rmsnorm(const float[:, ::1] x, const float[::1] weight, float eps, float[:, ::1] out, int threads=1):
-    """out[r] = RMSNorm(x[r], weight) for every row (out may be x)."""
-    if x.shape[1] != weight.shape[0] or out.shape[0] != x.shape[0] or out.shape[1] != x.shape[1]:
-        raise KernelError("rmsnorm: shape mismatch")
-    if x.shape[0] == 0:
+def add_rmsnorm(float[:, ::1] hidden, const float[:, ::1] delta, const float[::1] weight, float eps,
+                float[:, ::1] out, int threads=1):
+    """hidden += delta, then out[r] = RMSNorm(hidden[r], weight) (a residual add fused with the next norm)."""
+    if (hidden.shape[1] != weight.shape[0] or delta.shape[0] != hidden.shape[0]
+            or delta.shape[1] != hidden.shape[1] or out.shape[0] != hidden.shape[0]
+            or out.shape[1] != hidden.shape[1]):
+        raise KernelError("add_rmsnorm: shape mismatch")
+    if hidden.shape[0] == 0:
         return
     with nogil:
-        hymt_rmsnorm_rows(&x[0, 0], &weight[0], &out[0, 0], x.shape[0], x.shape[1], eps, threads)
+        hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], &weight[0], &out[0, 0], hidden.shape[0],
+                              hidden.shape[1], eps, threads)
 
 
 def rope_freqs(float base, int head_dim):
