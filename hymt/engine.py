@@ -9,9 +9,10 @@ the other requests.
 
 Permits: ``admit()`` takes one of ``max_concurrent + queue_capacity`` permits without waiting (none left →
 ``QueueFull``). ``Ticket.start(request)`` queues the prepared request for one of ``max_concurrent`` active
-slots (first in, first out). A ticket holds its slot until its owner closes it — a client that stops reading
-keeps its slot, but its generation runs to the end without waiting for it. Closing an unfinished ticket
-cancels it: a queued one leaves the queue at once, an active one stops at the model's next layer check.
+slots (first in, first out). A ticket holds its slot until its owner closes it: a client that stops reading
+keeps its slot, and its generation pauses once ``max_undelivered`` events wait unread, so it costs no
+compute and never holds up the others. Closing an unfinished ticket cancels it: a queued one leaves the
+queue at once, an active one stops at the model's next layer check.
 
 The engine knows nothing about HTTP; ``hymt-bench --concurrency`` drives it through the same API::
 
@@ -36,6 +37,8 @@ from hymt.errors import GenerationError, HymtError, ServerError
 from hymt.generation import PREFILL_CHUNK, Completion, Generation, GenerationRequest
 
 log = logging.getLogger("hymt.engine")
+
+PAUSED_POLL_SECONDS = 0.01  # how often the engine looks again when every active request is paused
 
 
 class QueueFull(ServerError):
@@ -159,6 +162,7 @@ class Engine:
         queue_capacity: int,
         context: int,
         prefill_chunk: int = PREFILL_CHUNK,
+        max_undelivered: int = 64,
     ) -> None:
         if max_concurrent < 1:
             raise ServerError("concurrency and threads must be positive")
@@ -171,6 +175,7 @@ class Engine:
         self.queue_capacity = queue_capacity
         self.context = context
         self.prefill_chunk = prefill_chunk
+        self.max_undelivered = max(1, max_undelivered)  # events a request may have unread before it pauses
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._admitted = 0  # tickets holding an admission permit
@@ -317,13 +322,20 @@ class Engine:
             for ticket in incoming:
                 self._begin(ticket, running)
             running = [t for t in running if not self._drop_if_cancelled(t)]
-            if running:
+            # A request whose owner stopped reading pauses here (keeping its slot and session) instead of
+            # spending compute on text nobody collects; it resumes once its queue drains.
+            ready = [t for t in running if t._events.qsize() < self.max_undelivered]
+            if running and not ready:
+                with self._lock:
+                    self._wake.wait(PAUSED_POLL_SECONDS)
+                continue
+            if ready:
                 try:
-                    self._step(running)
+                    self._step(ready)
                 except Exception as exc:  # a failed forward fails its batch, never the engine
                     log.exception("engine step failed")
                     message = exc.message if isinstance(exc, HymtError) else "internal error"
-                    for ticket in running:
+                    for ticket in ready:
                         self._finish(ticket, Event("error", message))
                 running = [t for t in running if t._state == _RUNNING]
 

@@ -860,3 +860,20 @@ def test_random_bodies_never_cause_a_server_error(client: Any) -> None:
             assert 400 <= response.status_code < 500, (body, response.data)
             assert_error(response, response.status_code, response.get_json()["error"]["type"])
     assert client.get("/healthz").status_code == 200
+
+
+def test_engine_pauses_a_request_nobody_reads(tiny_model: Any) -> None:
+    counting = SlowModel(tiny_model, 0.0)
+    engine = Engine(counting, max_concurrent=2, queue_capacity=0, context=256, max_undelivered=4)
+    try:
+        unread = engine.submit(request_for(tiny_model, [256, 72, 258], 100))
+        time.sleep(0.3)
+        paused_at = counting.forwards
+        assert paused_at <= 6  # started + deltas up to the limit, then nothing more is computed
+        with engine.submit(request_for(tiny_model, [256, 72, 258], 20)) as other:
+            assert other.result().text == "a" * 20  # the paused request holds up nobody
+        assert unread.result().text == "a" * 100  # reading resumes it
+        unread.close()
+        assert engine.admitted == 0 and engine.active == 0
+    finally:
+        engine.shutdown()
