@@ -507,3 +507,29 @@ def test_synthetic_batched_equals_solo_and_threads(synthetic, preset, fmt):
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+# --- library API ---------------------------------------------------------------------------------------
+
+
+def test_generate_composes_template_tokenizer_and_generation(fixtures):
+    model = hymt.load(fixtures[(False, False)])  # always emits "a"
+    messages = [{"role": "user", "content": "hi"}]
+    completion = model.generate(messages, max_tokens=4, temperature=0)
+    prompt = model.tokenizer.encode("[BOS][USER]hi[ASSISTANT]")
+    assert completion.text == "aaaa" and completion.finish_reason == "length"
+    assert completion.token_ids == [97] * 4
+    assert completion.usage.prompt_tokens == len(prompt) == 5
+    stream = model.generate(messages, max_tokens=3, stream=True, seed=1)
+    assert list(stream) == ["a", "a", "a"]
+    assert stream.completion.usage.completion_tokens == 3
+    stopped = model.generate(messages, stop="aaa", max_tokens=8, temperature=0)
+    assert stopped.text == "" and stopped.usage.completion_tokens == 3 and stopped.finish_reason == "stop"
+
+
+def test_load_is_exported_lazily():
+    import importlib
+    import sys
+
+    assert hymt.load is hymt.model.load and hymt.Model is hymt.model.Model
+    assert "load" in hymt.__all__ and importlib.import_module("hymt") is sys.modules["hymt"]
