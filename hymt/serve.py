@@ -185,8 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hymt.kernels import usable_physical_cores
 
         args.threads = usable_physical_cores()
-    if args.ctx_size < 1:
-        raise ServerError("context must be positive")
     config = ServerConfig(
         model_id=args.model_id,
         context_size=args.ctx_size,
