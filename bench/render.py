@@ -1,0 +1,70 @@
+"""Markdown tables for docs/benchmarks.md from the JSON of `hymt-bench kernels` or `bench/serve_load.py`.
+
+hymt-bench kernels > kernels.json && python bench/render.py kernels.json
+python bench/serve_load.py --model synthetic:1.8b:q4_k > serve.json && python bench/render.py serve.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def kernel_tables(report: dict[str, Any]) -> str:
+    lines = ["| threads | read GB/s | int8 peak GMAC/s |", "|---:|---:|---:|"]
+    for threads, ceiling in sorted(report["ceilings"].items()):
+        lines.append(f"| {threads} | {ceiling['read_gb_s']:.1f} | {ceiling['int8_peak_gmac_s']:.0f} |")
+    lines += [
+        "",
+        "| format | n | threads | µs/call | weight GB/s | int8 GOP/s | roofline ratio | peak ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    order = {"STQ1_0": 0, "Q2_0C": 1, "Q4_K": 2, "Q6_K": 3, "Q6_K head": 4, "Q8_0": 5}
+    rows = sorted(report["results"], key=lambda r: (order.get(r["format"], 9), r["n"], r["threads"]))
+    for r in rows:
+        peak = "—" if r["peak_ratio"] is None else f"{r['peak_ratio']:.2f}"
+        lines.append(
+            f"| {r['format']} | {r['n']} | {r['threads']} | {r['us_per_call']:.0f} | {r['weight_gb_s']:.1f} "
+            f"| {r['int8_gop_s']:.0f} | {r['roofline_ratio']:.2f} | {peak} |"
+        )
+    return "\n".join(lines)
+
+
+def serve_tables(report: dict[str, Any]) -> str:
+    lines = [
+        "| server | streams | requests | generated tokens | aggregate tok/s | × one stream | mean TTFT ms "
+        "| per-stream tok/s | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in ("hymt", "llama_cpp_server"):
+        target = report.get(key)
+        if target is None:
+            continue
+        if "skipped" in target:
+            lines.append(f"| {key} | — | — | — | — | — | — | — | skipped: {target['skipped']} |")
+            continue
+        scaling = target.get("scaling_vs_one_stream", {})
+        for level in target["levels"]:
+            ttft = level["mean_ttft_ms"]
+            per_stream = level["per_stream_tokens_per_second"]
+            lines.append(
+                f"| {target['server']} | {level['streams']} | {level['requests']} | {level['generated_tokens']} "
+                f"| {level['aggregate_tokens_per_second']:.1f} | {scaling.get(str(level['streams']), 0):.2f} "
+                f"| {'—' if ttft is None else f'{ttft:.0f}'} "
+                f"| {'—' if per_stream is None else f'{per_stream:.1f}'} | {len(level['errors'])} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    for name in sys.argv[1:]:
+        report = json.loads(Path(name).read_text())
+        print(kernel_tables(report) if "ceilings" in report else serve_tables(report))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
