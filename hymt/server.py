@@ -697,7 +697,9 @@ class _Exchange:
 
     def _sse(self) -> Iterator[bytes]:
         ping_every = self.state.config.ping_interval
-        last_sent = time.monotonic()
+        # A request still waiting for its slot after a second sends its headers with a first ping, so the
+        # client knows it was accepted; after that, pings keep the silence under ``ping_every``.
+        last_sent = time.monotonic() - ping_every + min(ping_every, 1.0)
         try:
             while True:
                 event = self.wait(max(0.0, last_sent + ping_every - time.monotonic()))
