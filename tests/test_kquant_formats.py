@@ -72,7 +72,8 @@ def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     groups = x.reshape(n, cols // 256, 256)
     amax = np.abs(groups).max(axis=2, keepdims=True)
     safe = np.where(amax > 0, amax, np.float32(1))
-    inverse = np.where(amax > 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
+    with np.errstate(over="ignore"):  # 127 / max overflows to inf for subnormal groups, as in float32 C
+        inverse = np.where(amax > 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
     scale = np.where(amax > 0, safe / np.float32(127), np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(groups * inverse), -127, 127)
     return q.reshape(n, cols), scale[:, :, 0]
@@ -258,6 +259,29 @@ def test_int8_product_extreme_codes_and_scales(dtype: str) -> None:
     assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
     for isa in SIMD_ISAS:
         np.testing.assert_array_equal(bits(matmul_isa(isa, w, x)), bits(reference), err_msg=isa)
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_int8_product_special_activation_groups(dtype: str) -> None:
+    """Subnormal-only groups (127 / max overflows), zero groups, ties, and non-finite values: every ISA's
+    activation preparation gives the scalar reference's results (NaN where it has NaN)."""
+    rng = np.random.default_rng(17)
+    rows, cols = 33, 1536
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(9, cols, rng)
+    x[0, 256:512] = np.where(np.arange(256) % 2 == 0, 1e-45, -3e-45)  # subnormal group
+    x[1, :256] = np.arange(256) % 5 - 2.5  # exact .5 ties after scaling by 127 / 2.5
+    x[2, 512:768] = 0.0
+    x[3, 700] = np.inf
+    x[4, 1000] = np.nan
+    x[5, 1300:1302] = [3.4e38, -3.4e38]
+    with np.errstate(all="ignore"):
+        reference = matmul_isa("scalar", w, x)
+        for isa in SIMD_ISAS:
+            assert_same_floats(matmul_isa(isa, w, x), reference)
+    assert np.isfinite(reference[[0, 1, 2, 6]]).all()
+    value, magnitude = int8_reference(reference_weights(w), x[[0, 1, 2, 6]])
+    assert np.all(np.abs(reference[[0, 1, 2, 6]] - value) <= 1e-5 * magnitude)
 
 
 @pytest.mark.parametrize("dtype", FORMATS)
