@@ -38,13 +38,17 @@
 
 static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
 
-/* Software prefetch of the weight block HYMT_KQ_PREFETCH bytes ahead on the current row: with only
- * the hardware prefetchers GEMV reached ~70% of the streaming read rate. (Prefetches never fault
- * and their data is never used unless the kernel reads it, so running past the tensor is harmless.) */
-#define HYMT_KQ_PREFETCH 1024
+/* Software prefetch along a weight row: into L1 the block HYMT_KQ_PREFETCH_L1 bytes ahead, into L2
+ * the one HYMT_KQ_PREFETCH_L2 bytes ahead. With the hardware prefetchers alone a single-row GEMV
+ * reached ~70% of the streaming read rate; with both it reads faster than a plain streaming loop.
+ * (Prefetches never fault and their data is never used unless the kernel reads it, so running past
+ * the tensor is harmless.) */
+#define HYMT_KQ_PREFETCH_L1 1024
+#define HYMT_KQ_PREFETCH_L2 4096
 
 HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
-    for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH + k, 0, 3);
+    for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH_L1 + k, 0, 3);
+    for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH_L2 + k, 0, 2);
 }
 
 /* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
