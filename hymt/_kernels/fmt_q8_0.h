@@ -178,11 +178,12 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_transpose_avx512(const uint8_t *bl
         __m512i t2 = _mm512_unpacklo_epi32(X[2], X[3]), t3 = _mm512_unpackhi_epi32(X[2], X[3]);
         __m512i y0 = _mm512_unpacklo_epi64(t0, t2), y1 = _mm512_unpackhi_epi64(t0, t2);
         __m512i y2 = _mm512_unpacklo_epi64(t1, t3), y3 = _mm512_unpackhi_epi64(t1, t3);
-        __mmask64 live = nb == 16 ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
-        W[4 * h + 0] = _mm512_maskz_mov_epi8(live, _mm512_xor_si512(y0, bias));
-        W[4 * h + 1] = _mm512_maskz_mov_epi8(live, _mm512_xor_si512(y1, bias));
-        W[4 * h + 2] = _mm512_maskz_mov_epi8(live, _mm512_xor_si512(y2, bias));
-        W[4 * h + 3] = _mm512_maskz_mov_epi8(live, _mm512_xor_si512(y3, bias));
+        /* blocks ≥ nb stay 0 (not 0x80): their lanes must add nothing */
+        const __m512i flip = nb == 16 ? bias : _mm512_maskz_mov_epi8((__mmask64)0xffffffffu, bias);
+        W[4 * h + 0] = _mm512_xor_si512(y0, flip);
+        W[4 * h + 1] = _mm512_xor_si512(y1, flip);
+        W[4 * h + 2] = _mm512_xor_si512(y2, flip);
+        W[4 * h + 3] = _mm512_xor_si512(y3, flip);
     }
     uint16_t d16[16];
     for (int k = 0; k < 16; k++) d16[k] = k < nb ? hymt_load_u16(blk0 + (size_t)k * HYMT_Q8_0_BYTES) : 0;
@@ -264,6 +265,29 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
         free(wt);
         free(dwt);
         hymt_gemm_q8_0_scalar(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        return;
+    }
+    if (n == 1) { /* GEMV: each row's chunks are transposed in registers and used at once */
+        const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(HYMT_Q8_0_MAGIC));
+        const hymt_q8_0_act *a = (const hymt_q8_0_act *)act;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = w + (size_t)r * row_bytes;
+            __m512 total = _mm512_setzero_ps();
+            for (int64_t c = 0; c < chunks; c++) {
+                int last = tail && c == chunks - 1;
+                __m512i W[8];
+                __m512 dw;
+                hymt_q8_0_transpose_avx512(row + (size_t)c * 16 * HYMT_Q8_0_BYTES, last ? 8 : 16, W, &dw);
+                __m512i acc = _mm512_load_si512((const void *)a[c].bias);
+                for (int s = 0; s < 8; s++)
+                    acc = _mm512_dpbusd_epi32(acc, W[s], _mm512_load_si512((const void *)(a[c].qt + 64 * s)));
+                __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_castsi512_ps(acc), magic), dw);
+                total = _mm512_mask3_fmadd_ps(_mm512_load_ps(a[c].s), v, total, last ? 0x00ff : 0xffff);
+            }
+            y[r] = hymt_hsum512(total);
+        }
+        free(wt);
+        free(dwt);
         return;
     }
     for (int64_t r = r0; r < r1;) {
