@@ -130,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["load_average_before"] = load_before
             report["load_average_after"] = os.getloadavg()[0]
             report["decode_bytes_per_token"] = decode_bytes_per_token(path, profile)
+            report["environment"] = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
             (args.out / f"{fmt}-t{t}.json").write_text(json.dumps(report, indent=2))
             rows.append((fmt, t, report))
 
