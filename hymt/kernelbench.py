@@ -150,27 +150,30 @@ def measure_int8_peak(threads: int, repeats: int = 3, iters: int = 20_000_000) -
 
 def run_products(
     matrices: list[Matrix], n: int, min_seconds: float, rng: np.random.Generator, repeats: int = 3
-) -> tuple[list[float], list[int]]:
+) -> tuple[list[float], list[int], list[float]]:
     """Time the same sequence of products ``repeats`` times (more while under ``min_seconds`` in total) and
     keep the fastest repetition (other processes only ever slow a run down). A repetition is one pass over
     every matrix for GEMV (so the weights come from memory, not cache) and enough whole layers for
-    ~``min_seconds / repeats`` for batched calls. Returns seconds and calls per matrix."""
+    ~``min_seconds / repeats`` for batched calls. Returns seconds and calls per matrix of the fastest
+    repetition, and each matrix's fastest single call over all repetitions."""
     max_cols = max(m.cols for m in matrices)
     max_rows = max(m.rows for m in matrices)
     x = rng.standard_normal(n * max_cols).astype(np.float32)  # [n, cols] per matrix
     out = np.empty(n * max_rows, dtype=np.float32)
     weights = [(m.dtype, m.data, m.rows, m.cols) for m in matrices]
     layer = min(len(weights), len(LAYER_1_8B))
-    pilot, _ = _quant.bench_matmul(weights, x, n, out, 0, layer)  # also warms up scratch and threads
+    pilot, _, _ = _quant.bench_matmul(weights, x, n, out, 0, layer)  # also warms up scratch and threads
     if n == 1:
         calls = len(weights)
     else:
         per_layer = max(sum(pilot), 1e-6)
         calls = layer * max(1, int(min_seconds / repeats / per_layer))
     best: tuple[list[float], list[int]] | None = None
+    fastest = [float("inf")] * len(weights)
     spent, done = 0.0, 0
     while done < repeats or spent < min_seconds:
-        seconds, counts = _quant.bench_matmul(weights, x, n, out, 0, calls)
+        seconds, counts, quickest = _quant.bench_matmul(weights, x, n, out, 0, calls)
+        fastest = [min(a, b) for a, b in zip(fastest, quickest, strict=True)]
         spent += sum(seconds)
         done += 1
         if best is None or sum(seconds) < sum(best[0]):
@@ -178,7 +181,7 @@ def run_products(
         if done >= 50:
             break
     assert best is not None
-    return best
+    return best[0], best[1], fastest
 
 
 def summarize(
@@ -188,30 +191,42 @@ def summarize(
     threads: int,
     seconds: list[float],
     calls: list[int],
+    fastest: list[float],
     bandwidth: float,
     peak: float,
 ) -> dict:
+    """Rates of the fastest repetition, plus per shape the mean and the fastest single call. Roofline
+    ratios are given for the repetition (``roofline_ratio``) and for one call of every shape at its
+    fastest (``roofline_ratio_best_calls``, what the kernel does when nothing else runs)."""
+
+    def roofline(m: Matrix) -> float:
+        return max(m.data.size / bandwidth, m.macs * n / peak if peak else 0.0)
+
     total_s = sum(seconds)
     total_calls = sum(calls)
     total_bytes = sum(m.data.size * c for m, c in zip(matrices, calls, strict=True))
     total_macs = sum(m.macs * n * c for m, c in zip(matrices, calls, strict=True))
-    roofline_s = 0.0
-    for m, c in zip(matrices, calls, strict=True):
-        compute = m.macs * n / peak if peak else 0.0
-        roofline_s += c * max(m.data.size / bandwidth, compute)
-    per_shape: dict[str, dict[str, float]] = {}
-    for m, s, c in zip(matrices, seconds, calls, strict=True):
-        entry = per_shape.setdefault(m.name, {"rows": m.rows, "cols": m.cols, "calls": 0, "seconds": 0.0})
-        entry["calls"] += c
-        entry["seconds"] += s
-    shapes = {
-        name: {
-            "rows": e["rows"],
-            "cols": e["cols"],
-            "us_per_call": round(1e6 * e["seconds"] / e["calls"], 2) if e["calls"] else None,
-        }
-        for name, e in per_shape.items()
-    }
+    roofline_s = sum(c * roofline(m) for m, c in zip(matrices, calls, strict=True))
+    shapes: dict[str, dict] = {}
+    for m, s, c, f in zip(matrices, seconds, calls, fastest, strict=True):
+        e = shapes.setdefault(
+            m.name,
+            {
+                "rows": m.rows,
+                "cols": m.cols,
+                "calls": 0,
+                "seconds": 0.0,
+                "best": f,
+                "roofline": roofline(m),
+                "macs": m.macs * n,
+            },
+        )
+        e["calls"] += c
+        e["seconds"] += s
+        e["best"] = min(e["best"], f)
+    best_s = sum(e["best"] for e in shapes.values())
+    best_roofline_s = sum(e["roofline"] for e in shapes.values())
+    best_macs = sum(e["macs"] for e in shapes.values())
     return {
         "format": label,
         "n": n,
@@ -223,7 +238,17 @@ def summarize(
         "int8_gop_s": round(2 * total_macs / total_s / 1e9, 2),
         "roofline_ratio": round(roofline_s / total_s, 3),
         "peak_ratio": round(total_macs / total_s / peak, 3) if peak else None,
-        "shapes": shapes,
+        "roofline_ratio_best_calls": round(best_roofline_s / best_s, 3),
+        "peak_ratio_best_calls": round(best_macs / best_s / peak, 3) if peak else None,
+        "shapes": {
+            name: {
+                "rows": e["rows"],
+                "cols": e["cols"],
+                "us_per_call": round(1e6 * e["seconds"] / e["calls"], 2) if e["calls"] else None,
+                "best_us_per_call": round(1e6 * e["best"], 2),
+            }
+            for name, e in shapes.items()
+        },
     }
 
 
@@ -278,21 +303,25 @@ def run_kernel_bench(
             for n in batches:
                 for t in threads:
                     kernels.set_num_threads(t)
-                    seconds, calls = run_products(workloads[-1][1], n, min_seconds, rng)
+                    seconds, calls, fastest = run_products(workloads[-1][1], n, min_seconds, rng)
                     bandwidth = ceilings[t]["read_gb_s"] * 1e9
                     peak = ceilings[t]["int8_peak_gmac_s"] * 1e9
-                    results.append(summarize(dtype, workloads[-1][1], n, t, seconds, calls, bandwidth, peak))
+                    results.append(
+                        summarize(dtype, workloads[-1][1], n, t, seconds, calls, fastest, bandwidth, peak)
+                    )
             workloads.pop()
             if head and dtype == HEAD_FORMAT:
                 head_matrices = carve(pool, dtype, [HEAD_1_8B], working_set_bytes, rng)
                 for n in batches:
                     for t in threads:
                         kernels.set_num_threads(t)
-                        seconds, calls = run_products(head_matrices, n, min_seconds, rng)
+                        seconds, calls, fastest = run_products(head_matrices, n, min_seconds, rng)
                         bandwidth = ceilings[t]["read_gb_s"] * 1e9
                         peak = ceilings[t]["int8_peak_gmac_s"] * 1e9
                         label = f"{dtype} head"
-                        results.append(summarize(label, head_matrices, n, t, seconds, calls, bandwidth, peak))
+                        results.append(
+                            summarize(label, head_matrices, n, t, seconds, calls, fastest, bandwidth, peak)
+                        )
     finally:
         kernels.set_num_threads(previous_threads)
 

@@ -356,7 +356,7 @@ def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, in
     """Run ``calls`` products cycling through ``weights`` = [(dtype, raw, rows, cols)] from index ``start``,
     timed in C with no Python between calls (the kernels plus the driver). Weight i reads x as [n, cols_i];
     ``x`` and ``out`` hold at least n × max(cols) and n × max(rows) floats. Returns (seconds per weight,
-    calls per weight) as lists."""
+    calls per weight, fastest call per weight) as lists."""
     cdef int64_t count = len(weights)
     if count == 0 or n < 1:
         raise KernelError("bench_matmul: nothing to run")
@@ -365,13 +365,15 @@ def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, in
     cdef int64_t *rows = <int64_t *>malloc(count * sizeof(int64_t))
     cdef int64_t *colss = <int64_t *>malloc(count * sizeof(int64_t))
     cdef double *seconds = <double *>malloc(count * sizeof(double))
+    cdef double *fastest = <double *>malloc(count * sizeof(double))
     cdef int64_t *done = <int64_t *>malloc(count * sizeof(int64_t))
     cdef const uint8_t[::1] raw
     cdef int64_t i, k
-    cdef double t0
+    cdef double t0, dt
     cdef int status = 0
     try:
-        if fmts == NULL or ptrs == NULL or rows == NULL or colss == NULL or seconds == NULL or done == NULL:
+        if fmts == NULL or ptrs == NULL or rows == NULL or colss == NULL or seconds == NULL or done == NULL \
+                or fastest == NULL:
             raise MemoryError()
         for i in range(count):
             dtype, raw, r, c = weights[i]
@@ -383,23 +385,28 @@ def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, in
             rows[i] = r
             colss[i] = c
             seconds[i] = 0.0
+            fastest[i] = 1e300
             done[i] = 0
         with nogil:
             for k in range(start, start + calls):
                 i = k % count
                 t0 = hymt_now()
                 status |= hymt_matmul(fmts[i], ptrs[i], rows[i], colss[i], &x[0], n, &out[0], float_path)
-                seconds[i] += hymt_now() - t0
+                dt = hymt_now() - t0
+                seconds[i] += dt
+                fastest[i] = dt if dt < fastest[i] else fastest[i]
                 done[i] += 1
         if status != 0:
             raise MemoryError("kernel scratch allocation failed")
-        return [seconds[i] for i in range(count)], [done[i] for i in range(count)]
+        return ([seconds[i] for i in range(count)], [done[i] for i in range(count)],
+                [fastest[i] for i in range(count)])
     finally:
         free(fmts)
         free(ptrs)
         free(rows)
         free(colss)
         free(seconds)
+        free(fastest)
         free(done)
 
 
