@@ -186,7 +186,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                     for (int64_t b = 0; b < nb; b++) {
                         const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q4_K_BYTES;
                         hymt_kq_prefetch(blk);
-                        hymt_q4_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq, &u[i * nb + b].dsc, &u[i * nb + b].dmn);
+                        hymt_kq_unpacked *ub = &u[i * nb + b];
+                        hymt_q4_k_unpack_avx512(blk, s1, s2, ub->wq, &ub->dsc, &ub->dmn);
                     }
                 hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride, 1);
             }
