@@ -258,15 +258,6 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
                                                      int64_t cols, float *y, int64_t y_stride) {
     int64_t chunks = hymt_q8_0_chunks(cols);
     int tail = cols % 512 != 0;
-    /* wt: [4][chunks][8] transposed weight vectors; dwt: [4][chunks] block scales */
-    __m512i *wt = (__m512i *)aligned_alloc(64, (size_t)4 * chunks * 8 * sizeof(__m512i));
-    __m512 *dwt = (__m512 *)aligned_alloc(64, (size_t)4 * chunks * sizeof(__m512));
-    if (wt == NULL || dwt == NULL) { /* out of memory: the scalar reference needs no scratch */
-        free(wt);
-        free(dwt);
-        hymt_gemm_q8_0_scalar(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
-        return;
-    }
     if (n == 1) { /* GEMV: each row's chunks are transposed in registers and used at once */
         const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(HYMT_Q8_0_MAGIC));
         const hymt_q8_0_act *a = (const hymt_q8_0_act *)act;
@@ -286,8 +277,15 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
             }
             y[r] = hymt_hsum512(total);
         }
+        return;
+    }
+    /* wt: [4][chunks][8] transposed weight vectors; dwt: [4][chunks] block scales */
+    __m512i *wt = (__m512i *)aligned_alloc(64, (size_t)4 * chunks * 8 * sizeof(__m512i));
+    __m512 *dwt = (__m512 *)aligned_alloc(64, (size_t)4 * chunks * sizeof(__m512));
+    if (wt == NULL || dwt == NULL) { /* out of memory: the scalar reference needs no scratch */
         free(wt);
         free(dwt);
+        hymt_gemm_q8_0_scalar(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
         return;
     }
     for (int64_t r = r0; r < r1;) {
