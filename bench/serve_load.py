@@ -177,6 +177,9 @@ def start_llama_cpp(path: Path, threads: int, log: Path, extra_buffer_types: boo
         "512",
         "--n_ubatch",
         "512",
+        # By default a new request interrupts the one being generated; queue them instead.
+        "--interrupt_requests",
+        "False",
     ]
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=sink)
@@ -373,8 +376,8 @@ def run_llama_cpp(
     if tencent:
         return {"skipped": f"llama.cpp has no decoder for {', '.join(tencent)} tensors"}
     notes = [
-        "llama-cpp-python's server has no parallel slots (one request at a time); token counts are "
-        "content chunks, as it reports no usage while streaming"
+        "llama-cpp-python's server has no parallel slots: requests queue and run one at a time "
+        "(--interrupt_requests False); token counts are content chunks, as it reports no usage while streaming"
     ]
     target = start_llama_cpp(path, args.threads, args.log, extra_buffer_types=True)
     try:
