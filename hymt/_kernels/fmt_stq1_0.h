@@ -231,7 +231,7 @@ HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
                     const uint8_t *blk = wt + i * row_bytes + b0 * STQ1_BYTES;                          \
                     for (int c = 0; c < nc; c++, blk += STQ1_BYTES) {                                   \
                         __m512i pl[4];                                                                  \
-                        _mm_prefetch((const char *)blk + HYMT_PREFETCH_BYTES, _MM_HINT_T0);             \
+                        _mm_prefetch((const char *)blk + HYMT_PREFETCH_BYTES, HYMT_PREFETCH_HINT);             \
                         PLANES(blk, pl);                                                                \
                         for (int t = 0; t < tt; t++) {                                                  \
                             const int8_t *q = a0[t * ts + b0 + c].qs;                                   \
@@ -280,40 +280,52 @@ HYMT_TARGET_AVX512 static void stq1_gemm_avx512bw(const uint8_t *w, size_t row_b
 }
 
 /* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
- * Per 16-row tile and block, the 16 rows' 64-byte index vectors are transposed (16×16 dwords) so
- * vector j holds the indices of groups 4j..4j+3 of every row; a lookup then gives, per plane p, the
- * lanes of those 4 groups for 16 rows, multiplied with the broadcast activation dword qs[64p + 4j]
- * of each token: one vpdpbusd per 4 weights × 16 rows × token, no reduction. Indices are built once
- * per row tile and block chunk and reused by every token sub-tile. */
-#define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per row tile (16 KB) */
+ * Per block, the 64-byte index vectors of 16 rows are transposed (16×16 dwords) so vector j holds the
+ * indices of groups 4j..4j+3 of every row; a lookup then gives, per plane p, the lanes of those 4
+ * groups for 16 rows, multiplied with the broadcast activation dword qs[64p + 4j] of each token: one
+ * vpdpbusd per 4 weights × 16 rows × token, no reduction. Two 16-row halves share each broadcast
+ * load (32 rows × up to 8 tokens per step), which keeps the loads below the dot-product rate.
+ * Indices are built once per 32-row tile and block chunk and reused by every token sub-tile. */
+#define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
-    TARGET HYMT_INLINE void NAME(const __m512i *ix, const __m512i *tab0, const __m512i *tab1,           \
-                                 const hymt_q8g *g0, size_t ts, __m512 dv, float (*facc)[16], const int T) { \
+    TARGET HYMT_INLINE void NAME(const __m512i (*ix)[16], const __m512i *tab0, const __m512i *tab1,    \
+                                 const hymt_q8g *g0, size_t ts, const float (*dv)[16], float (*facc)[8][16], \
+                                 const int T) {                                                         \
         (void)tab1;                                                                                     \
-        __m512i acc[16];                                                                                \
-        _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) acc[t] = _mm512_set1_epi32(-g0[t * ts].sum); \
+        __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half */                       \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] =                        \
+            _mm512_set1_epi32(-g0[t * ts].sum);                                                         \
         for (int j = 0; j < 16; j++) {                                                                  \
-            __m512i x = ix[j];                                                                          \
+            __m512i x0 = ix[0][j], x1 = ix[1][j];                                                       \
             LOOKUP_PREP;                                                                                \
             _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                       \
-                __m512i wk = LOOKUP;                                                                    \
-                _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {                                  \
+                __m512i wk0 = LOOKUP(x0, neg0), wk1 = LOOKUP(x1, neg1);                                 \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                   \
                     int32_t a4;                                                                         \
                     memcpy(&a4, g0[t * ts].qs + 64 * p + 4 * j, 4);                                     \
-                    acc[t] = _mm512_dpbusd_epi32(acc[t], wk, _mm512_set1_epi32(a4));                    \
+                    __m512i a = _mm512_set1_epi32(a4);                                                  \
+                    acc0[t] = _mm512_dpbusd_epi32(acc0[t], wk0, a);                                     \
+                    acc1[t] = _mm512_dpbusd_epi32(acc1[t], wk1, a);                                     \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
-        _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) _mm512_store_ps(                           \
-            facc[t], _mm512_add_ps(_mm512_load_ps(facc[t]),                                             \
-                                   _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(g0[t * ts].d)),      \
-                                                 _mm512_cvtepi32_ps(acc[t]))));                         \
+        __m512 d0 = _mm512_load_ps(dv[0]), d1 = _mm512_load_ps(dv[1]);                                  \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                           \
+            __m512 s = _mm512_set1_ps(g0[t * ts].d);                                                    \
+            _mm512_store_ps(facc[0][t], _mm512_add_ps(_mm512_load_ps(facc[0][t]),                       \
+                                                      _mm512_mul_ps(_mm512_mul_ps(d0, s), _mm512_cvtepi32_ps(acc0[t])))); \
+            _mm512_store_ps(facc[1][t], _mm512_add_ps(_mm512_load_ps(facc[1][t]),                       \
+                                                      _mm512_mul_ps(_mm512_mul_ps(d1, s), _mm512_cvtepi32_ps(acc1[t])))); \
+        }                                                                                               \
     }
 
-STQ1_TILE_TOKENS(stq1_tile_vbmi, HYMT_TARGET_AVX512VBMI, (void)0, _mm512_permutexvar_epi8(x, tab0[p]))
-STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512, __mmask64 neg = _mm512_test_epi8_mask(x, _mm512_set1_epi8(16)),
-                 _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p], x), neg, tab1[p], x))
+#define STQ1_LOOKUP_VBMI(x, neg) _mm512_permutexvar_epi8(x, tab0[p])
+#define STQ1_LOOKUP_BW(x, neg) _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p], x), neg, tab1[p], x)
+STQ1_TILE_TOKENS(stq1_tile_vbmi, HYMT_TARGET_AVX512VBMI, (void)0, STQ1_LOOKUP_VBMI)
+STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
+                 __mmask64 neg0 = _mm512_test_epi8_mask(x0, _mm512_set1_epi8(16));
+                 __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW)
 
 #define STQ1_GEMM_TILES(NAME, TARGET, TILE, TABLE0)                                                     \
     TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
@@ -326,52 +338,55 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512, __mmask64 neg = _mm512_test_e
         }                                                                                               \
         const __m512i c16 = _mm512_set1_epi8(16);                                                       \
         __m512i row_offsets = hymt_row_offsets(row_bytes);                                              \
-        HYMT_ALIGNED64 __m512i ix[STQ1_TILE_BLOCKS][16]; /* [block][j] lane i: groups 4j.. of row i */  \
-        HYMT_ALIGNED64 float dv[STQ1_TILE_BLOCKS][16];   /* [block][row] scales */                      \
-        HYMT_ALIGNED64 float facc[16][16];               /* [token][row] running sums */                \
+        HYMT_ALIGNED64 __m512i ix[STQ1_TILE_BLOCKS][2][16]; /* [block][half][j] lane i: groups 4j.. */  \
+        HYMT_ALIGNED64 float dv[STQ1_TILE_BLOCKS][2][16];   /* [block][half][row] scales */             \
+        HYMT_ALIGNED64 float facc[2][8][16];                /* [half][token][row] running sums */       \
         const hymt_q8g *groups = (const hymt_q8g *)act;                                                 \
         size_t ts = act_stride / sizeof(hymt_q8g);                                                      \
-        for (int64_t r = r0; r < r1; r += 16) {                                                         \
-            int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                \
-            __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                        \
+        for (int64_t r = r0; r < r1; r += 32) {                                                         \
+            int rows = (int)(r1 - r < 32 ? r1 - r : 32);                                                \
+            __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),                     \
+                                 (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};               \
             const uint8_t *wt = w + r * row_bytes;                                                      \
             for (int64_t b0 = 0; b0 < nb; b0 += STQ1_TILE_BLOCKS) {                                     \
                 int nc = (int)(nb - b0 < STQ1_TILE_BLOCKS ? nb - b0 : STQ1_TILE_BLOCKS);                \
-                for (int c = 0; c < nc; c++) {                                                          \
-                    __m512i rix[16];                                                                    \
-                    for (int i = 0; i < 16; i++) {                                                      \
-                        if (i >= rows) {                                                                \
-                            rix[i] = _mm512_setzero_si512();                                            \
-                            continue;                                                                   \
+                for (int c = 0; c < nc; c++)                                                            \
+                    for (int h = 0; h < 2; h++) {                                                       \
+                        __m512i rix[16];                                                                \
+                        for (int i = 0; i < 16; i++) {                                                  \
+                            if (16 * h + i >= rows) {                                                   \
+                                rix[i] = _mm512_setzero_si512();                                        \
+                                continue;                                                               \
+                            }                                                                           \
+                            const uint8_t *blk = wt + (16 * h + i) * row_bytes + (b0 + c) * STQ1_BYTES; \
+                            _mm_prefetch((const char *)blk + 32 * row_bytes, _MM_HINT_T0);              \
+                            _mm_prefetch((const char *)blk + 32 * row_bytes + STQ1_BYTES - 1, _MM_HINT_T0); \
+                            __m512i nib = stq1_nibbles512(blk);                                         \
+                            rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
                         }                                                                               \
-                        const uint8_t *blk = wt + i * row_bytes + (b0 + c) * STQ1_BYTES;                \
-                        _mm_prefetch((const char *)blk + 16 * row_bytes, _MM_HINT_T0);                  \
-                        _mm_prefetch((const char *)blk + 16 * row_bytes + STQ1_BYTES - 1, _MM_HINT_T0); \
-                        __m512i nib = stq1_nibbles512(blk);                                             \
-                        rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
+                        hymt_transpose16_epi32(rix, ix[c][h]);                                          \
+                        _mm512_store_ps(dv[c][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], \
+                                                                     (b0 + c) * STQ1_BYTES + 38, 1));   \
                     }                                                                                   \
-                    hymt_transpose16_epi32(rix, ix[c]);                                                 \
-                    _mm512_store_ps(dv[c], hymt_gather_scales(wt, row_offsets, row_mask,                \
-                                                              (b0 + c) * STQ1_BYTES + 38, 1));          \
-                }                                                                                       \
                 for (int64_t t0 = 0; t0 < n;) {                                                         \
-                    int tt = hymt_token_subtile(n - t0);                                                \
-                    for (int t = 0; t < tt; t++)                                                        \
-                        _mm512_store_ps(facc[t], b0 == 0 ? _mm512_setzero_ps()                          \
-                                                         : _mm512_maskz_loadu_ps(row_mask, y + (t0 + t) * y_stride + r)); \
+                    int tt = hymt_token_subtile(n - t0 < 8 ? n - t0 : 8);                               \
+                    for (int h = 0; h < 2; h++)                                                         \
+                        for (int t = 0; t < tt; t++)                                                    \
+                            _mm512_store_ps(facc[h][t], b0 == 0 ? _mm512_setzero_ps()                   \
+                                                                : _mm512_maskz_loadu_ps(mask[h], y + (t0 + t) * y_stride + r + 16 * h)); \
                     const hymt_q8g *g0 = groups + t0 * ts + b0;                                         \
                     for (int c = 0; c < nc; c++) {                                                      \
-                        __m512 d = _mm512_load_ps(dv[c]);                                               \
                         switch (tt) {                                                                   \
-                        case 16: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 16); break;               \
-                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 8); break;                 \
-                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 4); break;                 \
-                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 2); break;                 \
-                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, d, facc, 1); break;                \
+                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8); break;             \
+                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4); break;             \
+                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2); break;             \
+                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1); break;            \
                         }                                                                               \
                     }                                                                                   \
-                    for (int t = 0; t < tt; t++)                                                        \
-                        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, _mm512_load_ps(facc[t])); \
+                    for (int h = 0; h < 2; h++)                                                         \
+                        for (int t = 0; t < tt; t++)                                                    \
+                            _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r + 16 * h, mask[h],        \
+                                                  _mm512_load_ps(facc[h][t]));                          \
                     t0 += tt;                                                                           \
                 }                                                                                       \
             }                                                                                           \
