@@ -346,6 +346,19 @@ def test_cancel_mid_forward_keeps_position(moe):
     np.testing.assert_array_equal(moe.forward(session, [65, 66]), reference)
 
 
+def test_cancel_before_output_head(dense):
+    checks = []  # one-block model: the pre-check, block 0, then the output head
+
+    def cancel() -> bool:
+        checks.append(1)
+        return len(checks) == 3
+
+    session = dense.new_session(16, cancel=cancel)
+    assert dense.forward([(session, [65, 66])]) == [None]
+    assert len(checks) == 3 and session.position == 0 and not session.poisoned
+    assert dense.forward(session, [65]) is not None and session.position == 1
+
+
 def test_kv_cache_grows_in_steps_of_256(dense):
     session = dense.new_session(600)
     assert session.capacity == 0
