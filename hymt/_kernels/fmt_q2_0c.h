@@ -136,7 +136,7 @@ HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes,
                 for (int i = 0; i < rows; i++) {
                     const uint8_t *codes = wt + i * row_bytes + b0 * Q2C_BYTES + 2;
                     for (int h = 0; h < 2 * nc; h++, codes += (h & 1) ? 64 : Q2C_BYTES - 64) {
-                        _mm_prefetch((const char *)codes + HYMT_PREFETCH_BYTES, _MM_HINT_T0);
+                        _mm_prefetch((const char *)codes + HYMT_PREFETCH_BYTES, HYMT_PREFETCH_HINT);
                         __m512i v = _mm512_loadu_si512((const void *)codes);
                         /* planes 1 and 3 by a nibble lookup (port 5) so that one shift is left
                          * beside the vpdpbusd on port 0 */
@@ -174,32 +174,40 @@ HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes,
 }
 
 /* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
- * Per 16-row tile and half-block, the 16 rows' 64 code bytes are transposed (16×16 dwords) so
- * vector j holds code bytes 4j..4j+3 of every row; its 4 planes (shift, mask) are buffered, and each
- * token's activation dword qs[64p + 4j] is broadcast into one vpdpbusd per plane: 4 weights × 16
- * rows × token per instruction, no reduction. Planes are built once per row tile and chunk and
- * reused by every token sub-tile. */
-#define Q2C_TILE_HALVES 8 /* transposed half-blocks buffered per row tile (8 × 4 KB) */
+ * Per half-block, the 64 code bytes of 16 rows are transposed (16×16 dwords) so vector j holds code
+ * bytes 4j..4j+3 of every row; its 4 planes (shift, mask) are buffered, and each token's activation
+ * dword qs[64p + 4j] is broadcast into one vpdpbusd per plane: 4 weights × 16 rows × token per
+ * instruction, no reduction. Two 16-row halves share each broadcast load (32 rows × up to 8 tokens
+ * per step). Planes are built once per 32-row tile and chunk and reused by every token sub-tile. */
+#define Q2C_TILE_HALVES 4 /* half-blocks of transposed planes buffered per 32-row tile (32 KB) */
 
-HYMT_TARGET_AVX512 HYMT_INLINE void q2c_tile(const __m512i (*pl)[16], const hymt_q8g *g0, size_t ts, __m512 dv,
-                                             float (*facc)[16], const int T) {
-    __m512i acc[16];
-    _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_si512();
+HYMT_TARGET_AVX512 HYMT_INLINE void q2c_tile(const __m512i (*pl)[4][16], const hymt_q8g *g0, size_t ts,
+                                             const float (*dv)[16], float (*facc)[8][16], const int T) {
+    __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half */
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_si512();
     for (int j = 0; j < 16; j++) {
         _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
-            __m512i wk = _mm512_load_si512((const void *)&pl[p][j]);
-            _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {
+            __m512i wk0 = _mm512_load_si512((const void *)&pl[0][p][j]);
+            __m512i wk1 = _mm512_load_si512((const void *)&pl[1][p][j]);
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 int32_t a4;
                 memcpy(&a4, g0[t * ts].qs + 64 * p + 4 * j, 4);
-                acc[t] = _mm512_dpbusd_epi32(acc[t], wk, _mm512_set1_epi32(a4));
+                __m512i a = _mm512_set1_epi32(a4);
+                acc0[t] = _mm512_dpbusd_epi32(acc0[t], wk0, a);
+                acc1[t] = _mm512_dpbusd_epi32(acc1[t], wk1, a);
             }
         }
     }
-    _Pragma("GCC unroll 16") for (int t = 0; t < T; t++) {
-        __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(acc[t], 1), _mm512_set1_epi32(3 * g0[t * ts].sum));
-        _mm512_store_ps(facc[t], _mm512_add_ps(_mm512_load_ps(facc[t]),
-                                               _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(g0[t * ts].d)),
-                                                             _mm512_cvtepi32_ps(isum))));
+    __m512 d0 = _mm512_load_ps(dv[0]), d1 = _mm512_load_ps(dv[1]);
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+        __m512 s = _mm512_set1_ps(g0[t * ts].d);
+        __m512i three_sum = _mm512_set1_epi32(3 * g0[t * ts].sum);
+        __m512i isum0 = _mm512_sub_epi32(_mm512_slli_epi32(acc0[t], 1), three_sum);
+        __m512i isum1 = _mm512_sub_epi32(_mm512_slli_epi32(acc1[t], 1), three_sum);
+        _mm512_store_ps(facc[0][t], _mm512_add_ps(_mm512_load_ps(facc[0][t]),
+                                                  _mm512_mul_ps(_mm512_mul_ps(d0, s), _mm512_cvtepi32_ps(isum0))));
+        _mm512_store_ps(facc[1][t], _mm512_add_ps(_mm512_load_ps(facc[1][t]),
+                                                  _mm512_mul_ps(_mm512_mul_ps(d1, s), _mm512_cvtepi32_ps(isum1))));
     }
 }
 
@@ -209,57 +217,62 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
     int64_t nh = 2 * (cols / Q2C_BLOCK); /* half-blocks per row = activation groups */
     const __m512i three = _mm512_set1_epi8(3);
     __m512i row_offsets = hymt_row_offsets(row_bytes);
-    HYMT_ALIGNED64 __m512i pl[Q2C_TILE_HALVES][4][16]; /* [half][plane][j] lane i: codes 4j.. of row i */
-    HYMT_ALIGNED64 float dv[Q2C_TILE_HALVES / 2][16];  /* [block][row] scales */
-    HYMT_ALIGNED64 float facc[16][16];                 /* [token][row] running sums */
+    HYMT_ALIGNED64 __m512i pl[Q2C_TILE_HALVES][2][4][16]; /* [half-block][row half][plane][j] */
+    HYMT_ALIGNED64 float dv[Q2C_TILE_HALVES / 2][2][16];  /* [block][row half][row] scales */
+    HYMT_ALIGNED64 float facc[2][8][16];                  /* [row half][token][row] running sums */
     const hymt_q8g *groups = (const hymt_q8g *)act;
     size_t ts = act_stride / sizeof(hymt_q8g);
-    for (int64_t r = r0; r < r1; r += 16) {
-        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
-        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
+    for (int64_t r = r0; r < r1; r += 32) {
+        int rows = (int)(r1 - r < 32 ? r1 - r : 32);
+        __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),
+                             (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};
         const uint8_t *wt = w + r * row_bytes;
         for (int64_t h0 = 0; h0 < nh; h0 += Q2C_TILE_HALVES) {
             int nc = (int)(nh - h0 < Q2C_TILE_HALVES ? nh - h0 : Q2C_TILE_HALVES);
             for (int c = 0; c < nc; c++) {
-                int64_t b = (h0 + c) / 2, h = (h0 + c) % 2;
-                __m512i rows_codes[16], codes[16];
-                for (int i = 0; i < 16; i++) {
-                    if (i >= rows) {
-                        rows_codes[i] = _mm512_setzero_si512();
-                        continue;
+                int64_t b = (h0 + c) / 2, half = (h0 + c) % 2;
+                for (int rh = 0; rh < 2; rh++) {
+                    __m512i rows_codes[16], codes[16];
+                    for (int i = 0; i < 16; i++) {
+                        if (16 * rh + i >= rows) {
+                            rows_codes[i] = _mm512_setzero_si512();
+                            continue;
+                        }
+                        const uint8_t *src = wt + (16 * rh + i) * row_bytes + b * Q2C_BYTES + 2 + 64 * half;
+                        _mm_prefetch((const char *)src + 32 * row_bytes, _MM_HINT_T0);
+                        _mm_prefetch((const char *)src + 32 * row_bytes + 63, _MM_HINT_T0);
+                        rows_codes[i] = _mm512_loadu_si512((const void *)src);
                     }
-                    const uint8_t *half = wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h;
-                    _mm_prefetch((const char *)half + 16 * row_bytes, _MM_HINT_T0);
-                    _mm_prefetch((const char *)half + 16 * row_bytes + 63, _MM_HINT_T0);
-                    rows_codes[i] = _mm512_loadu_si512((const void *)half);
+                    hymt_transpose16_epi32(rows_codes, codes);
+                    for (int j = 0; j < 16; j++) {
+                        pl[c][rh][0][j] = _mm512_and_si512(codes[j], three);
+                        pl[c][rh][1][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 2), three);
+                        pl[c][rh][2][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 4), three);
+                        pl[c][rh][3][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 6), three);
+                    }
+                    if (half == 0)
+                        _mm512_store_ps(dv[c / 2][rh], hymt_gather_scales(wt + 16 * rh * row_bytes, row_offsets,
+                                                                          mask[rh], b * Q2C_BYTES, 0));
                 }
-                hymt_transpose16_epi32(rows_codes, codes);
-                for (int j = 0; j < 16; j++) {
-                    pl[c][0][j] = _mm512_and_si512(codes[j], three);
-                    pl[c][1][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 2), three);
-                    pl[c][2][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 4), three);
-                    pl[c][3][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 6), three);
-                }
-                if (h == 0) _mm512_store_ps(dv[c / 2], hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0));
             }
             for (int64_t t0 = 0; t0 < n;) {
-                int tt = hymt_token_subtile(n - t0);
-                for (int t = 0; t < tt; t++)
-                    _mm512_store_ps(facc[t], h0 == 0 ? _mm512_setzero_ps()
-                                                     : _mm512_maskz_loadu_ps(row_mask, y + (t0 + t) * y_stride + r));
+                int tt = hymt_token_subtile(n - t0 < 8 ? n - t0 : 8);
+                for (int rh = 0; rh < 2; rh++)
+                    for (int t = 0; t < tt; t++)
+                        _mm512_store_ps(facc[rh][t], h0 == 0 ? _mm512_setzero_ps()
+                                                             : _mm512_maskz_loadu_ps(mask[rh], y + (t0 + t) * y_stride + r + 16 * rh));
                 const hymt_q8g *g0 = groups + t0 * ts + h0;
                 for (int c = 0; c < nc; c++) {
-                    __m512 d = _mm512_load_ps(dv[c / 2]);
                     switch (tt) {
-                    case 16: q2c_tile(pl[c], g0 + c, ts, d, facc, 16); break;
-                    case 8: q2c_tile(pl[c], g0 + c, ts, d, facc, 8); break;
-                    case 4: q2c_tile(pl[c], g0 + c, ts, d, facc, 4); break;
-                    case 2: q2c_tile(pl[c], g0 + c, ts, d, facc, 2); break;
-                    default: q2c_tile(pl[c], g0 + c, ts, d, facc, 1); break;
+                    case 8: q2c_tile(pl[c], g0 + c, ts, dv[c / 2], facc, 8); break;
+                    case 4: q2c_tile(pl[c], g0 + c, ts, dv[c / 2], facc, 4); break;
+                    case 2: q2c_tile(pl[c], g0 + c, ts, dv[c / 2], facc, 2); break;
+                    default: q2c_tile(pl[c], g0 + c, ts, dv[c / 2], facc, 1); break;
                     }
                 }
-                for (int t = 0; t < tt; t++)
-                    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, _mm512_load_ps(facc[t]));
+                for (int rh = 0; rh < 2; rh++)
+                    for (int t = 0; t < tt; t++)
+                        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r + 16 * rh, mask[rh], _mm512_load_ps(facc[rh][t]));
                 t0 += tt;
             }
         }
