@@ -84,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     if args.concurrency < 1 or (args.threads is not None and args.threads < 1):
         parser.error("concurrency and threads must be positive")
+    if not 0 <= args.seed < 2**64:
+        parser.error("seed must be an integer between 0 and 2^64-1")
 
     from hymt import kernels
 

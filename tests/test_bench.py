@@ -209,6 +209,8 @@ def test_llama_cpp_comparison_on_a_float_file(data_dir: Path) -> None:
     [
         (["--concurrency", "0"], 2, "error: concurrency and threads must be positive"),
         (["--threads", "-1"], 2, "error: concurrency and threads must be positive"),
+        (["--seed", "-1"], 2, "error: seed must be an integer between 0 and 2^64-1"),
+        (["--seed", str(2**64)], 2, "error: seed must be an integer between 0 and 2^64-1"),
         (["--max-tokens", "many"], 2, "error: argument --max-tokens: invalid int value: 'many'"),
         (["--no-such-flag"], 2, "error: unrecognized arguments: --no-such-flag"),
         (["--gguf-profile", "odd"], 2, "error: argument --gguf-profile: invalid choice"),
@@ -228,6 +230,7 @@ def test_bad_flags(data_dir: Path, args: list[str], code: int, message: str) -> 
     [
         (["--max-tokens", "0"], "error: output token limit must be positive"),
         (["--temperature", "2.5"], "error: temperature must be between 0 and 2"),
+        (["--temperature", "nan"], "error: temperature must be between 0 and 2"),
         (["--ctx-size", "5000"], "error: context must be between 1 and 4096"),
         (["--ctx-size", "10"], "error: prompt leaves no output space"),
         (["--ctx-size", "64", "--max-tokens", "64"], "error: prompt plus output limit exceeds context size"),
@@ -304,3 +307,12 @@ def test_kernels_subcommand(data_dir: Path) -> None:
     [row] = out["results"]
     assert (row["format"], row["n"], row["threads"]) == ("Q8_0", 1, 1)
     assert row["calls"] >= 7  # one pass over the seven matrices of a 1.8B layer at least
+
+
+def test_seeded_sampling_is_identical_across_concurrent_runs(data_dir: Path) -> None:
+    args = ("--model", "synthetic:tiny:f32", "--max-tokens", "8", "--temperature", "1.5", "--seed", "7")
+    out = report(data_dir, *args, "--concurrency", "3")
+    ids = [run["completion"]["token_ids"] for run in out["runs"]]
+    assert ids[0] == ids[1] == ids[2]
+    alone = report(data_dir, *args)
+    assert alone["runs"][0]["completion"]["token_ids"] == ids[0]
