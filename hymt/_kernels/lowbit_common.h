@@ -12,6 +12,9 @@
 #define HYMT_LOWBIT_PARTIALS 32
 /* Batched (transposed) kernels run from this many tokens per call. */
 #define HYMT_LOWBIT_BATCH_MIN 4
+#ifndef HYMT_PREFETCH_HINT
+#define HYMT_PREFETCH_HINT _MM_HINT_T0
+#endif
 #ifndef HYMT_PREFETCH_BYTES
 #define HYMT_PREFETCH_BYTES 4096
 #endif
