@@ -491,7 +491,8 @@ def test_synthetic_matches_float64(synthetic, preset, fmt):
     if fmt in ("f32", "f16"):
         assert max(distances) <= 1e-4
     else:
-        assert (float(np.median(distances)) if preset == "tiny-moe" else max(distances)) <= 0.2
+        # llama.cpp sits 0.025-0.04 from exact on these files (see test_model_reference_llama.py)
+        assert (float(np.median(distances)) <= 0.15) if preset == "tiny-moe" else (max(distances) <= 0.08)
 
 
 @pytest.mark.parametrize(("preset", "fmt"), [("tiny", "stq1"), ("tiny", "q4_k"), ("tiny-moe", "q8_0")])
