@@ -12,6 +12,8 @@
 #define HYMT_LOWBIT_PARTIALS 32
 /* Batched (transposed) kernels run from this many tokens per call. */
 #define HYMT_LOWBIT_BATCH_MIN 4
+/* The row kernels read each row's blocks in memory order and prefetch this far ahead: the hardware
+ * streamers alone leave most of the bandwidth unused at this compute density. */
 #ifndef HYMT_PREFETCH_HINT
 #define HYMT_PREFETCH_HINT _MM_HINT_T0
 #endif
@@ -44,32 +46,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_gather_scales(const uint8_t *w, __m51
     __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, idx, w, 1);
     if (hi16) dw = _mm512_srli_epi32(dw, 16);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
-}
-
-/* Software prefetch of a later row tile while the current one is computed: the hardware streamers
- * do not follow 16 rows read block by block. Each block step touches `per` lines of the tile. */
-#define HYMT_PREFETCH_TILES 1
-
-typedef struct {
-    const uint8_t *next; /* first byte of the tile to prefetch */
-    int64_t lines;       /* its 64-byte lines (0: nothing to prefetch) */
-    int64_t per;         /* lines per block step */
-} hymt_prefetch_plan;
-
-HYMT_INLINE hymt_prefetch_plan hymt_prefetch_tile(const uint8_t *w, size_t row_bytes, int64_t r, int64_t r1,
-                                                  int64_t steps) {
-    hymt_prefetch_plan p = {NULL, 0, 0};
-    int64_t a = r + 16 * HYMT_PREFETCH_TILES, e = a + 16 < r1 ? a + 16 : r1;
-    if (a >= e) return p;
-    p.next = w + a * row_bytes;
-    p.lines = ((e - a) * (int64_t)row_bytes + 63) / 64;
-    p.per = (p.lines + steps - 1) / steps;
-    return p;
-}
-
-HYMT_INLINE void hymt_prefetch_step(const hymt_prefetch_plan *p, int64_t step) {
-    int64_t l0 = step * p->per, l1 = l0 + p->per < p->lines ? l0 + p->per : p->lines;
-    for (int64_t l = l0; l < l1; l++) _mm_prefetch((const char *)(p->next + 64 * l), _MM_HINT_T0);
 }
 
 /* 16×16 dword transpose: out[j] lane i = dword j of r[i] (unpack 32/64-bit, then two 128-bit lane
