@@ -369,11 +369,68 @@ HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t c
 }
 #endif
 
+#if defined(HYMT_X86)
+/* AVX2 form of hymt_prepare_kq8_avx512 (same values, same reasons). */
+HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols, uint8_t *act) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); /* undo the in-lane packs */
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++, x += 256) {
+        __m256 amax = _mm256_setzero_ps();
+        int nan = 0;
+        for (int k = 0; k < 32; k++) {
+            __m256 v = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_and_ps(v, abs_mask));
+            nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        if (nan || m > 3.402823466e38f) {
+            hymt_prepare_kq8_group_scalar(x, a + b);
+            continue;
+        }
+        const float inverse = m > 0.0f ? 127.0f / m : 0.0f, d = m > 0.0f ? m / 127.0f : 0.0f;
+        const __m256 inv = _mm256_set1_ps(inverse);
+        __m256i nat[8]; /* chunk pairs (0,1), ..., (14,15) */
+        for (int p = 0; p < 8; p++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * p + 8 * k), inv);
+                q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            nat[p] = _mm256_permutevar8x32_epi32(packed, order);
+        }
+        __m256i qs[4][2];
+        hymt_kq_transpose_avx2(nat, qs);
+        for (int h = 0; h < 2; h++) {
+            __m256i bsums = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k */
+            for (int v = 0; v < 4; v++) {
+                _mm256_storeu_si256((__m256i *)(a[b].qs + 64 * v + 32 * h), qs[v][h]);
+                bsums = _mm256_add_epi32(bsums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qs[v][h]), ones16));
+            }
+            _mm256_storeu_si256((__m256i *)(a[b].nb32 + 8 * h),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums, 5)));
+            _mm256_storeu_ps(a[b].bsd + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(bsums), _mm256_set1_ps(d)));
+        }
+        a[b].d = d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+#endif
+
 /* One token's activations for the Q4_K / Q6_K int8 GEMMs; every variant stores the same bytes. */
 static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
 #if defined(HYMT_X86)
     if (hymt_active_isa == HYMT_ISA_AVX512) {
         hymt_prepare_kq8_avx512(x, cols, act);
+        return;
+    }
+    if (hymt_active_isa == HYMT_ISA_AVX2) {
+        hymt_prepare_kq8_avx2(x, cols, act);
         return;
     }
 #endif
