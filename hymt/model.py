@@ -348,9 +348,12 @@ class Model:
         if not isinstance(session, Session):
             raise ModelError("forward expects a session")
         try:
-            ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+            raw = np.asarray(tokens)
         except (OverflowError, TypeError, ValueError):
             raise ModelError("input token outside vocabulary") from None
+        if raw.size and raw.dtype.kind not in "iu":  # floats, bools, objects (ints beyond 64 bits)
+            raise ModelError("input token outside vocabulary")
+        ids = raw.astype(np.int64).reshape(-1)
         if not 1 <= len(ids) <= PREFILL_CHUNK:
             raise ModelError(f"forward expects 1..={PREFILL_CHUNK} tokens")
         if session.poisoned:

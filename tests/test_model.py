@@ -318,8 +318,10 @@ def test_session_checks_in_order(dense):
         dense.forward(session, [])
     with pytest.raises(ModelError, match=r"^forward expects 1..=256 tokens$"):
         dense.forward(session, [1] * 257)
-    with pytest.raises(ModelError, match="^input token outside vocabulary$"):
-        dense.forward(session, [-1])
+    for bad in ([-1], [260], [1.0], [True], [2**70], np.array([2**63], dtype=np.uint64)):
+        with pytest.raises(ModelError, match="^input token outside vocabulary$"):
+            dense.forward(session, bad)
+    assert session.position == 0 and not session.poisoned
     session.poisoned = True  # poisoned wins over every later check
     with pytest.raises(ModelError, match="^session was invalidated by a failed forward$"):
         dense.forward(session, [999])
