@@ -222,7 +222,7 @@ def test_neon_kernels_match_scalar_under_qemu(tmp_path: Path) -> None:
     falling back to scalar) vs the scalar reference bit for bit, dot lengths, F16 conversion."""
     binary = tmp_path / "isa_check"
     build = subprocess.run(
-        [CROSS_CC, "-O2", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Werror",
+        [CROSS_CC, "-O2", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall",
          "-Wno-unused-function", "-fopenmp", f"-I{REPO / 'hymt' / '_kernels'}",
          str(REPO / "tests" / "c" / "isa_check.c"), "-o", str(binary), "-lm"],
         capture_output=True, text=True,
