@@ -65,9 +65,17 @@ def fixture_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bench(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HYMT_DATA_DIR": str(data_dir)}
+    # The hymt under test (installed or built in place); -P keeps the bare source tree off sys.path.
+    package_root = str(Path(kernels.__file__).resolve().parents[1])
+    env = {**os.environ, "HYMT_DATA_DIR": str(data_dir), "PYTHONPATH": package_root}
     return subprocess.run(
-        [sys.executable, "-c", "from hymt.cli import run; from hymt.bench import main; run(main)", *args],
+        [
+            sys.executable,
+            "-P",
+            "-c",
+            "from hymt.cli import run; from hymt.bench import main; run(main)",
+            *args,
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

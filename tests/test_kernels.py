@@ -13,17 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import hymt
 from hymt import kernels
 from hymt._kernels import quant as _quant
 from hymt.errors import KernelError
 
 REPO = Path(__file__).resolve().parents[1]
+# The hymt under test (installed or built in place); -P keeps the bare source tree off sys.path.
+PACKAGE_ROOT = str(Path(hymt.__file__).resolve().parents[1])
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    environment = {**os.environ, "PYTHONPATH": PACKAGE_ROOT, **env}
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, cwd=REPO
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, env=environment, cwd=REPO
     )
 
 

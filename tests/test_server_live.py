@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 import requests
 
+import hymt
 from hymt.synthetic import write_tiny_fixture
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The hymt under test (installed or built in place); -P keeps the bare source tree off sys.path.
+PACKAGE_ROOT = str(Path(hymt.__file__).resolve().parents[1])
 BASE = {"model": "test", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 4}
 LONG_STREAM = {**BASE, "max_tokens": 2000, "stream": True}  # ~300 KB of events: more than socket buffers hold
 PROGRAM = "from hymt.cli import run; from hymt.serve import main; run(main)"
@@ -35,9 +38,9 @@ class LiveServer:
     """A `hymt-serve` subprocess; ``url`` once its `listening` line appeared."""
 
     def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        command = [sys.executable, "-c", PROGRAM, "--model", str(model), "--model-id", "test"]
+        command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(model), "--model-id", "test"]
         command += ["--ctx-size", "2048", "--listen", "127.0.0.1:0", "--ping-interval", "0.2", *args]
-        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        environment = {**os.environ, "PYTHONPATH": PACKAGE_ROOT, **(env or {})}
         self.process = subprocess.Popen(
             command,
             cwd=REPO_ROOT,
@@ -409,13 +412,15 @@ def test_shutdown_with_a_stalled_stream(tiny_path: Path, signum: int) -> None:
 
 
 def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
-    command = [sys.executable, "-c", PROGRAM, "--model", str(tiny_path), "--ctx-size", "99999"]
+    command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path), "--ctx-size", "99999"]
     command += ["--listen", "127.0.0.1:0"]
     result = run_program(command)
     assert result.returncode == 1
     assert "error: context must be between 1 and 4096" in result.stderr
     assert "Traceback" not in result.stderr
-    result = run_program([sys.executable, "-c", PROGRAM, "--model", str(tiny_path.parent / "missing.gguf")])
+    result = run_program(
+        [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path.parent / "missing.gguf")]
+    )
     assert result.returncode == 1 and "error: " in result.stderr and "Traceback" not in result.stderr
 
 
@@ -433,14 +438,14 @@ def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
     ],
 )
 def test_bad_flags(tiny_path: Path, flags: list[str], code: int, message: str) -> None:
-    result = run_program([sys.executable, "-c", PROGRAM, "--model", str(tiny_path), *flags])
+    result = run_program([sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path), *flags])
     assert result.returncode == code, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def run_program(command: list[str]) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    environment = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
     return subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=60)
 
 
@@ -455,14 +460,14 @@ def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
 
 
 def test_help_and_version() -> None:
-    result = run_program([sys.executable, "-c", PROGRAM, "--help"])
+    result = run_program([sys.executable, "-P", "-c", PROGRAM, "--help"])
     assert result.returncode == 0
     for flag in ("--model", "--model-id", "--listen", "--ctx-size", "--threads", "--max-concurrent-requests"):
         assert flag in result.stdout
     for flag in ("--queue-capacity", "--gguf-profile", "--graceful-timeout", "--log-level", "--api-key"):
         assert flag in result.stdout
     assert "Serve one model through the text Chat Completions API." in result.stdout
-    result = run_program([sys.executable, "-c", PROGRAM, "--version"])
+    result = run_program([sys.executable, "-P", "-c", PROGRAM, "--version"])
     assert result.returncode == 0 and result.stdout.startswith("hymt-serve ")
 
 
@@ -472,9 +477,9 @@ def test_ipv6_listen(tiny_path: Path) -> None:
             probe.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback")
-    command = [sys.executable, "-c", PROGRAM, "--model", str(tiny_path), "--model-id", "test"]
+    command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path), "--model-id", "test"]
     command += ["--listen", "[::1]:0", "--threads", "1", "--ctx-size", "2048"]
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    environment = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
