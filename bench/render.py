@@ -38,7 +38,7 @@ def serve_tables(report: dict[str, Any]) -> str:
         "| per-stream tok/s | errors |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key in ("hymt", "llama_cpp_server"):
+    for key in ("hymt", "llama_server", "llama_cpp_server"):
         target = report.get(key)
         if target is None:
             continue

@@ -191,6 +191,42 @@ def start_llama_cpp(path: Path, threads: int, log: Path, extra_buffer_types: boo
     return target
 
 
+def start_llama_server(
+    binary: Path, path: Path, threads: int, slots: int, log: Path, extra_buffer_types: bool
+) -> Target:
+    port = free_port()
+    command = [
+        str(binary),
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--parallel",
+        str(slots),
+        "--ctx-size",
+        str(2048 * slots),
+        "--batch-size",
+        "512",
+        "--ubatch-size",
+        "512",
+    ]
+    if not extra_buffer_types:
+        command.append("--no-repack")
+    with log.open("ab") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=sink)
+    extra = {"stream_options": {"include_usage": True}, "repeat_penalty": 1.05}
+    target = Target(f"llama.cpp llama-server --parallel {slots}", f"http://127.0.0.1:{port}", "model", extra)
+    target.process = process
+    wait_ready(target.url, "/health", process)
+    return target
+
+
 def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
     """One streaming chat completion; times measured on this side of the socket."""
     parts = urlsplit(target.url)
@@ -323,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--llama-cpp-server", action="store_true", help="also load llama-cpp-python's server")
+    parser.add_argument(
+        "--llama-server", type=Path, metavar="BINARY", help="also load llama.cpp's llama-server binary"
+    )
     parser.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server output")
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
@@ -351,35 +390,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             stop(target.process)
     if args.llama_cpp_server:
-        report["llama_cpp_server"] = run_llama_cpp(path, profile, args, levels)
+        report["llama_cpp_server"] = run_llama_cpp(path, profile, args, levels, None)
+    if args.llama_server is not None:
+        report["llama_server"] = run_llama_cpp(path, profile, args, levels, args.llama_server)
     report["machine"]["load_average_end"] = list(os.getloadavg())
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 
 
-def run_llama_cpp(
-    path: Path | None, profile: str, args: argparse.Namespace, levels: Sequence[int]
-) -> dict[str, Any]:
-    if path is None:
-        return {"skipped": "--url given: no model file to load into llama.cpp"}
-    try:
-        import llama_cpp.server  # noqa: F401
-    except ImportError as exc:
-        return {
-            "skipped": f"llama-cpp-python's server is not installed ({exc}); pip install 'llama-cpp-python[server]'"
-        }
+def _llama_cpp_unreadable(path: Path, profile: str) -> str | None:
     from hymt.gguf import GGUFFile
 
     with GGUFFile(path, profile=profile) as gguf:
         tencent = sorted({info.dtype for info in gguf.tensors.values() if info.dtype in ("Q2_0C", "STQ1_0")})
-    if tencent:
-        return {"skipped": f"llama.cpp has no decoder for {', '.join(tencent)} tensors"}
-    notes = [
-        "llama-cpp-python's server has no parallel slots: requests queue and run one at a time "
-        "(--interrupt_requests False); token counts are content chunks, as it reports no usage while streaming"
-    ]
-    target = start_llama_cpp(path, args.threads, args.log, extra_buffer_types=True)
+    return f"llama.cpp has no decoder for {', '.join(tencent)} tensors" if tencent else None
+
+
+def run_llama_cpp(
+    path: Path | None, profile: str, args: argparse.Namespace, levels: Sequence[int], binary: Path | None
+) -> dict[str, Any]:
+    """llama-cpp-python's server, or the ``llama-server`` at ``binary``, under the same load."""
+    if path is None:
+        return {"skipped": "--url given: no model file to load into llama.cpp"}
+    if binary is None:
+        try:
+            import llama_cpp.server  # noqa: F401
+        except ImportError as exc:
+            return {
+                "skipped": f"llama-cpp-python's server is not installed ({exc}); "
+                "pip install 'llama-cpp-python[server]'"
+            }
+    reason = _llama_cpp_unreadable(path, profile)
+    if reason is not None:
+        return {"skipped": reason}
+    slots = max(levels)
+    if binary is None:
+        notes = [
+            "llama-cpp-python's server has no parallel slots: requests queue and run one at a time "
+            "(--interrupt_requests False); token counts are content chunks, as it reports no usage while "
+            "streaming"
+        ]
+
+        def start(extra: bool) -> Target:
+            return start_llama_cpp(path, args.threads, args.log, extra)
+    else:
+        notes = [f"llama-server with --parallel {slots} (continuous batching), --ctx-size 2048 per slot"]
+
+        def start(extra: bool) -> Target:
+            return start_llama_server(binary, path, args.threads, slots, args.log, extra)
+
+    target = start(True)
     try:
         result = run_target(target, levels, args.requests, args.max_tokens)
     except RuntimeError:
@@ -396,7 +457,7 @@ def run_llama_cpp(
             "measured with use_extra_bufts=false (llama-server --no-repack)"
         )
         print(f"serve_load: {notes[-1]}", file=sys.stderr, flush=True)
-        target = start_llama_cpp(path, args.threads, args.log, extra_buffer_types=False)
+        target = start(False)
         result = run_target(target, levels, args.requests, args.max_tokens)
     finally:
         stop(target.process)
