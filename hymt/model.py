@@ -17,7 +17,8 @@ whether it runs alone or batched, and independent of the thread count.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from hymt import kernels, quant
 from hymt._kernels import ops
+from hymt._kernels import quant as _qk
 from hymt.errors import ModelError
 from hymt.gguf import GGUFFile, GGUFTensor
 
@@ -189,6 +191,11 @@ class DenseFFN:
             down=_matrix(gguf, f"{prefix}ffn_down{suffix}.weight", [width, hidden]),
         )
 
+    @cached_property
+    def packed(self) -> tuple[quant.PackedMatrix, quant.PackedMatrix, quant.PackedMatrix]:
+        """(gate, up, down) checked once, for direct kernel calls (experts: on first use)."""
+        return quant.packed(self.gate), quant.packed(self.up), quant.packed(self.down)
+
 
 @dataclass
 class MoEFFN:
@@ -209,6 +216,15 @@ class Block:
     wv: GGUFTensor  # [h, K*D]
     wo: GGUFTensor  # [H*D, h]
     ffn: DenseFFN | MoEFFN
+    # the attention weights checked once at load, for direct kernel calls
+    packed_qkv: tuple[quant.PackedMatrix, ...] = field(init=False)  # (wq, wk, wv)
+    packed_wo: quant.PackedMatrix = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.packed_qkv = (quant.packed(self.wq), quant.packed(self.wk), quant.packed(self.wv))
+        self.packed_wo = quant.packed(self.wo)
+        if isinstance(self.ffn, DenseFFN):
+            _ = self.ffn.packed
 
 
 def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
@@ -288,6 +304,28 @@ class Session:
             keys.append(new_k)
             values.append(new_v)
         self.keys, self.values = keys, values
+
+
+@dataclass
+class _Scratch:
+    """Per-call activations of a forward pass over N batch rows, reused by every layer."""
+
+    q: np.ndarray  # [N, H*D]
+    k: np.ndarray  # [N, K*D]
+    v: np.ndarray  # [N, K*D]
+    attended: np.ndarray  # [N, H*D]: attention output, input of W_o
+    ffn: np.ndarray  # [N, F]: silu(gate) * up of the dense FFN
+
+    @classmethod
+    def new(cls, cfg: ModelConfig, rows: int) -> _Scratch:
+        qw, kvw = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        return cls(
+            q=np.empty((rows, qw), np.float32),
+            k=np.empty((rows, kvw), np.float32),
+            v=np.empty((rows, kvw), np.float32),
+            attended=np.empty((rows, qw), np.float32),
+            ffn=np.empty((rows, cfg.ffn_width), np.float32),
+        )
 
 
 @dataclass
@@ -426,6 +464,7 @@ class Model:
         hidden = np.ascontiguousarray(quant.decode_rows(self.token_embd, ids), dtype=np.float32)  # [N, h]
         delta = np.zeros_like(hidden)  # [N, h]: the last sublayer's output, not yet added to hidden
         x = np.empty_like(hidden)  # [N, h]: normalized input of the current sublayer
+        scratch = _Scratch.new(cfg, len(ids))
         for layer, block in enumerate(self.blocks):
             kept = self._drop_cancelled(live)
             if not kept:
@@ -434,11 +473,12 @@ class Model:
                 rows = np.concatenate([np.arange(s.start, s.stop) for s in kept])
                 hidden, delta, x = hidden[rows], delta[rows], x[rows]
                 live, positions = kept, self._layout(kept)
+                scratch = _Scratch.new(cfg, len(rows))
             ops.add_rmsnorm(hidden, delta, block.attn_norm, cfg.rms_epsilon, x, threads)
-            self._attention(layer, block, x, live, positions, threads, delta)
+            self._attention(layer, block, x, live, positions, threads, scratch, delta)
             ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
             if isinstance(block.ffn, DenseFFN):
-                self._swiglu(block.ffn, x, delta)
+                self._swiglu(block.ffn, x, delta, scratch.ffn)
             else:
                 self._moe(block.ffn, x, delta)
         live = self._drop_cancelled(live)
@@ -486,18 +526,17 @@ class Model:
         segments: list[_Segment],
         positions: np.ndarray,
         threads: int,
+        scratch: _Scratch,
         out: np.ndarray,
     ) -> None:
         """out = W_o · attention(x) for normalized x [N, h], each session over its own cache."""
         cfg = self.config
-        q, k, v = quant.qkv(
-            block.wq, block.wk, block.wv, x, float_path=self.float_path
-        )  # [N, H*D], [N, K*D] x2
+        q, k, v, attended = scratch.q, scratch.k, scratch.v, scratch.attended
+        _qk.qkv(block.packed_qkv, x, q, k, v, self.float_path)
         ops.qk_norm_rope(
             q, k, cfg.heads, cfg.kv_heads, positions, self.rope_freqs, block.q_norm, block.k_norm,
             cfg.rms_epsilon, self._norm_first, threads,
         )  # fmt: skip
-        attended = np.empty_like(q)  # [N, H*D]
         for s in segments:
             session = s.session
             ops.attention(
@@ -505,12 +544,14 @@ class Model:
                 session.values[layer], session.position, cfg.heads, cfg.kv_heads, attended[s.start : s.stop],
                 threads,
             )  # fmt: skip
-        quant.matmul(block.wo, attended, out=out, float_path=self.float_path)
+        _qk.matmul(*block.packed_wo, attended, out, self.float_path)
 
-    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """down( silu(gate·x) ⊙ (up·x) ) for x [n, h] → [n, h]."""
-        gate = quant.gate_up_silu(ffn.gate, ffn.up, x, float_path=self.float_path)  # [n, F]
-        return quant.matmul(ffn.down, gate, out=out, float_path=self.float_path)
+    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, out: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+        """out = down( silu(gate·x) ⊙ (up·x) ) for x [n, h] → [n, h]; hidden [n, F] holds the middle."""
+        gate, up, down = ffn.packed
+        _qk.gate_up_silu(gate, up, x, hidden, self.float_path)
+        _qk.matmul(*down, hidden, out, self.float_path)
+        return out
 
     def _moe(self, moe: MoEFFN, x: np.ndarray, out: np.ndarray) -> None:
         """out = shared expert + routed experts (§4.4); tokens grouped by expert so each is read once."""
@@ -519,7 +560,8 @@ class Model:
         selected, weights = ops.moe_route(
             router_logits, moe.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
         )  # [N, used] each
-        self._swiglu(moe.shared, x, out)  # shared first, then experts ascending
+        n = len(x)
+        self._swiglu(moe.shared, x, out, np.empty((n, cfg.shared_ffn_width), np.float32))  # shared first
         flat = selected.reshape(-1)
         order = np.argsort(flat, kind="stable")  # (token, slot) pairs grouped by expert, tokens ascending
         experts, first = np.unique(flat[order], return_index=True)
@@ -528,7 +570,12 @@ class Model:
         for j, expert in enumerate(experts.tolist()):
             pairs = order[bounds[j] : bounds[j + 1]]
             rows = pairs // cfg.experts_used
-            y = self._swiglu(moe.experts[expert], np.ascontiguousarray(x[rows]))  # [r, h]
+            y = self._swiglu(
+                moe.experts[expert],
+                np.ascontiguousarray(x[rows]),
+                np.empty((len(rows), cfg.hidden), np.float32),
+                np.empty((len(rows), cfg.expert_ffn_width), np.float32),
+            )  # [r, h]: then experts ascending
             out[rows] += flat_weights[pairs][:, None] * y
 
     # --- generation ---------------------------------------------------------------------------------

@@ -74,6 +74,16 @@ def _matrix(weight: Any, message: str | None = None) -> tuple[str, str, np.ndarr
     return dtype, name, data, rows, cols
 
 
+# A weight checked once, in the argument order of the ``hymt._kernels.quant`` products:
+# (dtype, name, data [bytes] uint8, rows, cols).
+PackedMatrix = tuple[str, str, np.ndarray, int, int]
+
+
+def packed(weight: Any) -> PackedMatrix:
+    """Check a 2-D weight once, for a hot loop that calls ``hymt._kernels.quant`` products directly."""
+    return _matrix(weight)
+
+
 def _activations(x: Any, cols: int, message: str) -> tuple[np.ndarray, bool]:
     """x as C-contiguous float32 [n, cols], and whether it was a single vector."""
     xa = x if isinstance(x, np.ndarray) else np.asarray(x)
