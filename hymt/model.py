@@ -17,7 +17,7 @@ whether it runs alone or batched, and independent of the thread count.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -216,15 +216,6 @@ class Block:
     wv: GGUFTensor  # [h, K*D]
     wo: GGUFTensor  # [H*D, h]
     ffn: DenseFFN | MoEFFN
-    # the attention weights checked once at load, for direct kernel calls
-    packed_qkv: tuple[quant.PackedMatrix, ...] = field(init=False)  # (wq, wk, wv)
-    packed_wo: quant.PackedMatrix = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.packed_qkv = (quant.packed(self.wq), quant.packed(self.wk), quant.packed(self.wv))
-        self.packed_wo = quant.packed(self.wo)
-        if isinstance(self.ffn, DenseFFN):
-            _ = self.ffn.packed
 
 
 def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
@@ -369,6 +360,17 @@ class Model:
         self.blocks = [_load_block(gguf, cfg, i) for i in range(cfg.layers)]
         self.rope_freqs = ops.rope_freqs(cfg.rope_base, cfg.head_dim)  # [D/2] float32
         self._norm_first = cfg.architecture == "hy_v3"
+        self._layers = [self._layer_kernels(block) for block in self.blocks]
+
+    def _layer_kernels(self, block: Block) -> ops.Layer:
+        """The block as one-call attention (and dense FFN) kernels; weights checked here, once."""
+        cfg = self.config
+        qkv = (quant.packed(block.wq), quant.packed(block.wk), quant.packed(block.wv))
+        ffn = block.ffn.packed if isinstance(block.ffn, DenseFFN) else None
+        return ops.Layer(
+            qkv, quant.packed(block.wo), ffn, block.attn_norm, block.ffn_norm, block.q_norm, block.k_norm,
+            self.rope_freqs, cfg.heads, cfg.kv_heads, cfg.rms_epsilon, self._norm_first, self.float_path,
+        )  # fmt: skip
 
     def close(self) -> None:
         self.gguf.close()
@@ -449,7 +451,8 @@ class Model:
         """The forward pass over checked, uncancelled segments; None for those cancelled mid-call.
 
         Each sublayer leaves its output in ``delta``; the next RMSNorm adds it to ``hidden`` in the same
-        C call (hidden += delta, then x = RMSNorm(hidden)), so a layer costs few Python-level steps.
+        C call (hidden += delta, then x = RMSNorm(hidden)). A dense layer is two calls into C (attention,
+        FFN: ``ops.Layer``), each running its norm, products and attention without the GIL.
         """
         cfg = self.config
         for segment in segments:
@@ -458,7 +461,7 @@ class Model:
             segment.session.poisoned = True
         results: dict[int, np.ndarray | None] = {id(segment): None for segment in segments}
         live = segments
-        positions = self._layout(live)  # int64 [N]: absolute position of every row
+        positions, bounds = self._layout(live)
         threads = kernels.get_num_threads()
         ids = np.concatenate([s.tokens for s in live])
         hidden = np.ascontiguousarray(quant.decode_rows(self.token_embd, ids), dtype=np.float32)  # [N, h]
@@ -472,14 +475,17 @@ class Model:
             if len(kept) != len(live):
                 rows = np.concatenate([np.arange(s.start, s.stop) for s in kept])
                 hidden, delta, x = hidden[rows], delta[rows], x[rows]
-                live, positions = kept, self._layout(kept)
+                live, (positions, bounds) = kept, self._layout(kept)
                 scratch = _Scratch.new(cfg, len(rows))
-            ops.add_rmsnorm(hidden, delta, block.attn_norm, cfg.rms_epsilon, x, threads)
-            self._attention(layer, block, x, live, positions, threads, scratch, delta)
-            ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
+            fused = self._layers[layer]
+            fused.attention(
+                hidden, delta, x, scratch.q, scratch.k, scratch.v, scratch.attended, positions, bounds,
+                [s.session.keys[layer] for s in live], [s.session.values[layer] for s in live], threads,
+            )  # fmt: skip
             if isinstance(block.ffn, DenseFFN):
-                self._swiglu(block.ffn, x, delta, scratch.ffn)
+                fused.dense_ffn(hidden, delta, x, scratch.ffn, threads)
             else:
+                ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
                 self._moe(block.ffn, x, delta)
         live = self._drop_cancelled(live)
         if not live:
@@ -497,15 +503,19 @@ class Model:
         return [results[id(segment)] for segment in segments]
 
     @staticmethod
-    def _layout(segments: list[_Segment]) -> np.ndarray:
-        """Assign consecutive batch rows to segments; returns every row's absolute position."""
+    def _layout(segments: list[_Segment]) -> tuple[np.ndarray, np.ndarray]:
+        """Assign consecutive batch rows to segments.
+
+        Returns every row's absolute position (int64 [N]) and the segments' row bounds (int64 [S+1]).
+        """
         start = 0
         for segment in segments:
             segment.start = start
             start = segment.stop
-        return np.concatenate(
+        positions = np.concatenate(
             [np.arange(s.session.position, s.session.position + len(s.tokens)) for s in segments]
         )
+        return positions, np.array([0] + [s.stop for s in segments], np.int64)
 
     @staticmethod
     def _drop_cancelled(segments: list[_Segment]) -> list[_Segment]:
@@ -517,34 +527,6 @@ class Model:
             else:
                 kept.append(segment)
         return kept
-
-    def _attention(
-        self,
-        layer: int,
-        block: Block,
-        x: np.ndarray,
-        segments: list[_Segment],
-        positions: np.ndarray,
-        threads: int,
-        scratch: _Scratch,
-        out: np.ndarray,
-    ) -> None:
-        """out = W_o · attention(x) for normalized x [N, h], each session over its own cache."""
-        cfg = self.config
-        q, k, v, attended = scratch.q, scratch.k, scratch.v, scratch.attended
-        _qk.qkv(block.packed_qkv, x, q, k, v, self.float_path)
-        ops.qk_norm_rope(
-            q, k, cfg.heads, cfg.kv_heads, positions, self.rope_freqs, block.q_norm, block.k_norm,
-            cfg.rms_epsilon, self._norm_first, threads,
-        )  # fmt: skip
-        for s in segments:
-            session = s.session
-            ops.attention(
-                q[s.start : s.stop], k[s.start : s.stop], v[s.start : s.stop], session.keys[layer],
-                session.values[layer], session.position, cfg.heads, cfg.kv_heads, attended[s.start : s.stop],
-                threads,
-            )  # fmt: skip
-        _qk.matmul(*block.packed_wo, attended, out, self.float_path)
 
     def _swiglu(self, ffn: DenseFFN, x: np.ndarray, out: np.ndarray, hidden: np.ndarray) -> np.ndarray:
         """out = down( silu(gate·x) ⊙ (up·x) ) for x [n, h] → [n, h]; hidden [n, F] holds the middle."""

@@ -5,7 +5,9 @@ Arrays are float32 (positions int64, selections int32) and C-contiguous; every w
 it relies on, so a wrong call raises ``KernelError`` instead of reading outside a buffer.
 """
 
-from libc.stdint cimport int32_t, int64_t
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from hymt.errors import KernelError
@@ -23,7 +25,27 @@ cdef extern from "ops.h" nogil:
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
 
+cdef extern from "mm_api.h" nogil:
+    ctypedef struct hymt_format:
+        pass
+    const char *HYMT_MM_API_CAPSULE
+    ctypedef struct hymt_mm_api:
+        const hymt_format *(*format_by_name)(const char *name) nogil
+        int (*matmul)(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x,
+                      int64_t n, float *y, int float_path) nogil
+        int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
+                   const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
+                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv, int float_path) nogil
+        int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
+                            const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
+                            int float_path) nogil
+
 import numpy as np
+
+from hymt._kernels import quant as _quant
+
+# The products of quant.so (its kernels, ISA family and thread count), for the Layer driver below.
+cdef const hymt_mm_api *_mm = <const hymt_mm_api *>PyCapsule_GetPointer(_quant.mm_api(), HYMT_MM_API_CAPSULE)
 
 
 def add_rmsnorm(float[:, ::1] hidden, const float[:, ::1] delta, const float[::1] weight, float eps,
@@ -124,3 +146,157 @@ def moe_route(const float[:, ::1] logits, const float[::1] bias, int used, bint 
     with nogil:
         hymt_moe_route(&logits[0, 0], &bias[0], n, E, used, normalize, scale, &s[0, 0], &w[0, 0], &tmp[0])
     return selected, weights
+
+
+# ---- one transformer block per call ----------------------------------------------------------------
+
+cdef struct _Weight:
+    const hymt_format *f
+    const uint8_t *w  # row 0 of the packed [cols, rows] tensor
+    int64_t rows
+    int64_t cols
+
+
+cdef int _weight(tuple packed, int64_t rows, int64_t cols, _Weight *out) except -1:
+    """out = packed (dtype, name, data, rows, cols) from hymt.quant.packed, which checked the bytes."""
+    dtype, name, data, prows, pcols = packed
+    cdef const uint8_t[::1] raw = data
+    if prows != rows or pcols != cols:
+        raise KernelError(f"{name}: expected {cols} columns and {rows} rows, got {pcols} and {prows}")
+    out.f = _mm.format_by_name(dtype.encode())
+    if out.f == NULL:
+        raise KernelError(f"{name}: unsupported tensor type {dtype}")
+    out.w = &raw[0]
+    out.rows = rows
+    out.cols = cols
+    return 0
+
+
+cdef int _check_rows(const float[:, ::1] a, int64_t n, int64_t width, str what) except -1:
+    if a.shape[0] != n or a.shape[1] != width:
+        raise KernelError(f"layer: {what} must be [{n}, {width}]")
+    return 0
+
+
+cdef class Layer:
+    """One block's weights as kernel pointers, so its attention and dense FFN are one call each.
+
+    Every product goes through quant.so's entry points (the same kernels as ``hymt.quant``), in the
+    order of the per-operation wrappers above, so results are bit-identical to calling them one by one.
+    Weights are the tuples of ``hymt.quant.packed`` (checked once at load); ``ffn`` is (gate, up, down)
+    or None for a block whose FFN runs elsewhere (HyV3 MoE).
+    """
+
+    cdef _Weight wq, wk, wv, wo, gate, up, down
+    cdef const float *attn_norm  # [h]
+    cdef const float *ffn_norm  # [h]
+    cdef const float *q_norm  # [D]
+    cdef const float *k_norm  # [D]
+    cdef const float *freqs  # [D/2]
+    cdef int64_t h, H, K, D, F
+    cdef float eps
+    cdef bint norm_first, float_path, dense
+    cdef tuple _keep  # owners of every pointer above
+
+    def __init__(self, tuple qkv, tuple wo, tuple ffn, const float[::1] attn_norm, const float[::1] ffn_norm,
+                 const float[::1] q_norm, const float[::1] k_norm, const float[::1] freqs, int heads,
+                 int kv_heads, float eps, bint norm_first, bint float_path):
+        cdef int64_t D = 2 * freqs.shape[0], h = attn_norm.shape[0]
+        if (heads <= 0 or kv_heads <= 0 or heads % kv_heads or D == 0 or h == 0 or ffn_norm.shape[0] != h
+                or q_norm.shape[0] != D or k_norm.shape[0] != D):
+            raise KernelError("layer: shape mismatch")
+        self.h, self.H, self.K, self.D = h, heads, kv_heads, D
+        _weight(qkv[0], heads * D, h, &self.wq)
+        _weight(qkv[1], kv_heads * D, h, &self.wk)
+        _weight(qkv[2], kv_heads * D, h, &self.wv)
+        _weight(wo, h, heads * D, &self.wo)
+        self.dense = ffn is not None
+        if self.dense:
+            self.F = ffn[0][3]
+            _weight(ffn[0], self.F, h, &self.gate)
+            _weight(ffn[1], self.F, h, &self.up)
+            _weight(ffn[2], h, self.F, &self.down)
+        self.attn_norm, self.ffn_norm = &attn_norm[0], &ffn_norm[0]
+        self.q_norm, self.k_norm, self.freqs = &q_norm[0], &k_norm[0], &freqs[0]
+        self.eps, self.norm_first, self.float_path = eps, norm_first, float_path
+        self._keep = (qkv, wo, ffn, attn_norm, ffn_norm, q_norm, k_norm, freqs)
+
+    def attention(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
+                  float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended, const int64_t[::1] positions,
+                  const int64_t[::1] bounds, list keys, list values, int threads=1):
+        """hidden += delta; x = RMSNorm(hidden); delta = W_o · attention(x) over N batch rows.
+
+        hidden, delta, x: [N, h]; scratch q, attended: [N, H*D]; k, v: [N, K*D]; positions: [N].
+        Segment s (one session) holds rows bounds[s]..bounds[s+1]-1 (bounds: [S+1] from 0 to N); its rows
+        are appended to keys[s] / values[s] ([capacity, K*D] float32) from row positions[bounds[s]] on.
+        """
+        cdef int64_t n = hidden.shape[0], S = bounds.shape[0] - 1, h = self.h, H = self.H, K = self.K
+        cdef int64_t D = self.D, kvw = K * D, s, r0, rows, start
+        _check_rows(hidden, n, h, "hidden")
+        _check_rows(delta, n, h, "delta")
+        _check_rows(x, n, h, "x")
+        _check_rows(q, n, H * D, "q")
+        _check_rows(k, n, kvw, "k")
+        _check_rows(v, n, kvw, "v")
+        _check_rows(attended, n, H * D, "attended")
+        if n == 0 or S < 1 or positions.shape[0] != n or len(keys) != S or len(values) != S:
+            raise KernelError("layer: invalid segments")
+        if bounds[0] != 0 or bounds[S] != n:
+            raise KernelError("layer: invalid segments")
+        # caches: [S] key then [S] value cache pointers, each [capacity, K*D]
+        cdef float **caches = <float **>malloc(2 * S * sizeof(float *))
+        if caches == NULL:
+            raise MemoryError("layer cache pointers")
+        cdef float[:, ::1] kc, vc
+        cdef int status = 0
+        try:
+            for s in range(S):
+                r0, rows = bounds[s], bounds[s + 1] - bounds[s]
+                kc, vc = keys[s], values[s]
+                start = positions[r0] if rows > 0 else -1
+                if (rows < 1 or start < 0 or kc.shape[1] != kvw or vc.shape[1] != kvw
+                        or vc.shape[0] != kc.shape[0] or start + rows > kc.shape[0]):
+                    raise KernelError("layer: invalid segments")
+                caches[s], caches[S + s] = &kc[0, 0], &vc[0, 0]
+            with nogil:
+                hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.attn_norm, &x[0, 0], n, h, self.eps,
+                                      threads)
+                status = _mm.qkv(self.wq.f, self.wq.w, self.wq.rows, self.wk.f, self.wk.w, self.wk.rows,
+                                 self.wv.f, self.wv.w, self.wv.rows, h, &x[0, 0], n, &q[0, 0], &k[0, 0],
+                                 &v[0, 0], self.float_path)
+                hymt_qk_norm_rope(&q[0, 0], &k[0, 0], n, H, K, D, &positions[0], self.freqs, self.q_norm,
+                                  self.k_norm, self.eps, self.norm_first, threads)
+                for s in range(S):
+                    r0, rows = bounds[s], bounds[s + 1] - bounds[s]
+                    start = positions[r0]
+                    memcpy(caches[s] + start * kvw, &k[r0, 0], rows * kvw * sizeof(float))
+                    memcpy(caches[S + s] + start * kvw, &v[r0, 0], rows * kvw * sizeof(float))
+                    status |= hymt_attention(&q[r0, 0], caches[s], caches[S + s], start, rows, H, K, D,
+                                             &attended[r0, 0], threads)
+                status |= _mm.matmul(self.wo.f, self.wo.w, h, H * D, &attended[0, 0], n, &delta[0, 0],
+                                     self.float_path)
+        finally:
+            free(caches)
+        if status:
+            raise MemoryError("kernel scratch allocation failed")
+
+    def dense_ffn(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] ffn,
+                  int threads=1):
+        """hidden += delta; x = RMSNorm(hidden); delta = down(silu(gate·x) × (up·x)); ffn: [N, F] scratch."""
+        cdef int64_t n = hidden.shape[0], h = self.h, F = self.F
+        if not self.dense:
+            raise KernelError("layer: no dense FFN")
+        _check_rows(hidden, n, h, "hidden")
+        _check_rows(delta, n, h, "delta")
+        _check_rows(x, n, h, "x")
+        _check_rows(ffn, n, F, "ffn")
+        if n == 0:
+            return
+        cdef int status
+        with nogil:
+            hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.ffn_norm, &x[0, 0], n, h, self.eps, threads)
+            status = _mm.gate_up_silu(self.gate.f, self.gate.w, self.up.f, self.up.w, F, h, &x[0, 0], n,
+                                      &ffn[0, 0], self.float_path)
+            status |= _mm.matmul(self.down.f, self.down.w, h, F, &ffn[0, 0], n, &delta[0, 0], self.float_path)
+        if status:
+            raise MemoryError("kernel scratch allocation failed")

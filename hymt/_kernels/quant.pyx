@@ -6,6 +6,7 @@ pointer is taken, raising ``KernelError`` (REFERENCE.md §2.7, §3.3 messages), 
 without the GIL. ``hymt.quant`` and ``hymt.kernels`` are the public faces of this module.
 """
 
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
@@ -59,6 +60,19 @@ cdef extern from "matmul.h" nogil:
     int hymt_matmul_gate_up_silu(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
                                  const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n,
                                  float *y, int float_path)
+
+cdef extern from "mm_api.h" nogil:
+    const char *HYMT_MM_API_CAPSULE
+    ctypedef struct hymt_mm_api:
+        const hymt_format *(*format_by_name)(const char *name) nogil
+        int (*matmul)(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x,
+                      int64_t n, float *y, int float_path) nogil
+        int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
+                   const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
+                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv, int float_path) nogil
+        int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
+                            const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
+                            int float_path) nogil
 
 cdef extern from "bench.h" nogil:
     double hymt_now()
@@ -408,6 +422,20 @@ def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, in
         free(seconds)
         free(fastest)
         free(done)
+
+
+# ---- entry points for other extension modules (mm_api.h) -------------------------------------------
+
+cdef hymt_mm_api _mm_api
+_mm_api.format_by_name = hymt_format_by_name
+_mm_api.matmul = hymt_matmul
+_mm_api.qkv = hymt_matmul_qkv
+_mm_api.gate_up_silu = hymt_matmul_gate_up_silu
+
+
+def mm_api():
+    """The product entry points (an ``hymt_mm_api`` table) as a PyCapsule named HYMT_MM_API_CAPSULE."""
+    return PyCapsule_New(&_mm_api, HYMT_MM_API_CAPSULE, NULL)
 
 
 # The best family until hymt.kernels applies HYMT_ISA.
