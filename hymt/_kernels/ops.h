@@ -146,26 +146,35 @@ static inline __attribute__((always_inline)) void hymt_scores_heads(const float 
     }
 }
 
-/* One attention task: token t (absolute position start + t) and kv head kv, for the H/K query heads
- * sharing that kv head, so each key and value row is loaded once per group. Each head's scores, softmax
- * and position-ordered sum of prob * v are computed here, on one thread.
- * scores: group * span floats of scratch (span = start + n). */
+/* One attention task: token t (absolute position start + t) and kv heads [kv0, kv1), each with the
+ * H/K query heads sharing it. Positions are the outer loop, so each key and value row is read once, as
+ * one contiguous run of (kv1 - kv0) * D floats (a kv head at a time would revisit the rows once per head
+ * and 64-dim chunk). Every output element still gets exactly the operations of a per-head loop: its score
+ * is hymt_ops_dot's lane order and tree, its softmax the same, and its weighted sum adds prob * v over
+ * positions in order, starting from 0 (the running sums live in out, in L1).
+ * scores: (kv1 - kv0) * group * span floats of scratch (span = start + n). */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
-    const float *q, const float *keys, const float *values, int64_t start, int64_t t, int64_t kv, int64_t H,
-    int64_t K, int64_t D, int64_t span, float *scores, float *out) {
-    const int64_t group = H / K, len = start + t + 1;
+    const float *q, const float *keys, const float *values, int64_t start, int64_t t, int64_t kv0, int64_t kv1,
+    int64_t H, int64_t K, int64_t D, int64_t span, float *scores, float *out) {
+    const int64_t group = H / K, len = start + t + 1, heads = (kv1 - kv0) * group;
     const float scale = 1.0f / sqrtf((float)D);
-    const float *qg = q + (t * H + kv * group) * D; /* the group's query heads, contiguous */
-    float *og = out + (t * H + kv * group) * D;
+    const float *qt = q + (t * H + kv0 * group) * D; /* the task's query heads, contiguous */
+    float *ot = out + (t * H + kv0 * group) * D;
     /* scores: GN query heads at a time against each key row, one lane vector per head (independent
-     * chains, kept in registers because GN is a constant); each head's sum has exactly the lane order and
-     * final tree of hymt_ops_dot. */
-    int64_t g0 = 0;
-    for (; g0 + 8 <= group; g0 += 8) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 8);
-    for (; g0 + 4 <= group; g0 += 4) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 4);
-    for (; g0 < group; g0++) hymt_scores_heads(qg + g0 * D, keys, K, kv, D, len, scale, scores + g0 * span, span, 1);
-    for (int64_t g = 0; g < group; g++) {
-        float *s = scores + g * span;
+     * chains, kept in registers because GN is a constant); scores[j * span + p] for task head j. */
+    for (int64_t p = 0; p < len; p++) {
+        const float *row = keys + p * K * D; /* position p, kv head 0 */
+        for (int64_t kv = kv0; kv < kv1; kv++) {
+            const float *qg = qt + (kv - kv0) * group * D;
+            float *sg = scores + (kv - kv0) * group * span + p;
+            int64_t g0 = 0;
+            for (; g0 + 8 <= group; g0 += 8) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 8);
+            for (; g0 + 4 <= group; g0 += 4) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 4);
+            for (; g0 < group; g0++) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 1);
+        }
+    }
+    for (int64_t j = 0; j < heads; j++) {
+        float *s = scores + j * span;
         float max = -INFINITY;
         for (int64_t p = 0; p < len; p++) max = s[p] > max ? s[p] : max;
         float sum = 0.0f;
@@ -176,57 +185,44 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
         const float inv = 1.0f / sum;
         for (int64_t p = 0; p < len; p++) s[p] *= inv;
     }
-    for (int64_t g = 0; g < group; g++) {
-        float *o = og + g * D;
-        const float *s = scores + g * span;
-        int64_t d = 0;
-        /* 64 output dims at a time: 8 independent lane vectors, each summing positions in order */
-        for (; d + 64 <= D; d += 64) {
-            hymt_v8f acc[8];
-            for (int m = 0; m < 8; m++) acc[m] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
-            for (int64_t p = 0; p < len; p++) {
-                const float *v = values + (p * K + kv) * D + d;
-                const float prob = s[p];
-                for (int m = 0; m < 8; m++) acc[m] += prob * hymt_load8(v + 8 * m);
-            }
-            for (int m = 0; m < 8; m++) hymt_store8(o + d + 8 * m, acc[m]);
-        }
-        for (; d + 8 <= D; d += 8) {
-            hymt_v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int64_t p = 0; p < len; p++) acc += s[p] * hymt_load8(values + (p * K + kv) * D + d);
-            hymt_store8(o + d, acc);
-        }
-        for (; d < D; d++) {
-            float acc = 0.0f;
-            for (int64_t p = 0; p < len; p++) acc += s[p] * values[(p * K + kv) * D + d];
-            o[d] = acc;
+    memset(ot, 0, (size_t)(heads * D) * sizeof(float));
+    for (int64_t p = 0; p < len; p++) {
+        const float *row = values + (p * K + kv0) * D; /* the task's kv heads at position p, contiguous */
+        for (int64_t j = 0; j < heads; j++) {
+            const float *v = row + (j / group) * D;
+            const float prob = scores[j * span + p];
+            float *o = ot + j * D;
+            int64_t d = 0;
+            for (; d + 8 <= D; d += 8) hymt_store8(o + d, hymt_load8(o + d) + prob * hymt_load8(v + d));
+            for (; d < D; d++) o[d] += prob * v[d];
         }
     }
 }
 
 typedef void (*hymt_attention_task_fn)(const float *, const float *, const float *, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t, int64_t, float *, float *);
+                                       int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *);
 
 static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t start,
-                                        int64_t t, int64_t kv, int64_t H, int64_t K, int64_t D, int64_t span,
-                                        float *scores, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t, kv, H, K, D, span, scores, out);
+                                        int64_t t, int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D,
+                                        int64_t span, float *scores, float *out) {
+    hymt_attention_task_body(q, keys, values, start, t, kv0, kv1, H, K, D, span, scores, out);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* The same operations on 256-bit registers: bit-identical to the generic build (no fma, same order). */
 __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
                                                                       const float *values, int64_t start,
-                                                                      int64_t t, int64_t kv, int64_t H, int64_t K,
-                                                                      int64_t D, int64_t span, float *scores,
-                                                                      float *out) {
-    hymt_attention_task_body(q, keys, values, start, t, kv, H, K, D, span, scores, out);
+                                                                      int64_t t, int64_t kv0, int64_t kv1,
+                                                                      int64_t H, int64_t K, int64_t D,
+                                                                      int64_t span, float *scores, float *out) {
+    hymt_attention_task_body(q, keys, values, start, t, kv0, kv1, H, K, D, span, scores, out);
 }
 #endif
 
 /* Causal grouped-query attention of n new tokens at positions start..start+n-1 whose keys and values
  * are already in the cache. q[n, H, D]; keys/values[cap, K, D] (cap >= start + n); out[n, H, D].
- * Query head h reads kv head h / (H / K). Returns -1 if scratch allocation failed. */
+ * Query head h reads kv head h / (H / K). Tasks are (token, run of kv heads): a token's kv heads are
+ * split into as few runs as still give every thread work. Returns -1 if scratch allocation failed. */
 static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
                           int64_t H, int64_t K, int64_t D, float *out, int threads) {
     hymt_attention_task_fn task_fn = hymt_attention_task_generic;
@@ -235,16 +231,22 @@ static int hymt_attention(const float *q, const float *keys, const float *values
 #endif
     int failed = 0;
     const int64_t group = H / K, span = start + n;
-#pragma omp parallel num_threads(threads) if (n * H * span * D >= HYMT_OPS_ATTENTION_PARALLEL_WORK)
+    const int parallel = threads > 1 && n * H * span * D >= HYMT_OPS_ATTENTION_PARALLEL_WORK;
+    int64_t runs = parallel && n < threads ? (threads + n - 1) / n : 1; /* kv-head runs per token */
+    runs = runs < K ? runs : K;
+    const int64_t per = (K + runs - 1) / runs; /* kv heads per run */
+    runs = (K + per - 1) / per;
+#pragma omp parallel num_threads(threads) if (parallel)
     {
-        float *scores = (float *)malloc((size_t)(group * span) * sizeof(float));
+        float *scores = (float *)malloc((size_t)(per * group * span) * sizeof(float));
         if (scores == NULL) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
-        for (int64_t task = 0; task < n * K; task++) {
-            if (scores != NULL) task_fn(q, keys, values, start, task / K, task % K, H, K, D, span, scores, out);
+        for (int64_t task = 0; task < n * runs; task++) {
+            const int64_t kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
+            if (scores != NULL) task_fn(q, keys, values, start, task / runs, kv0, kv1, H, K, D, span, scores, out);
         }
         free(scores);
     }
