@@ -73,6 +73,7 @@ class Target:
     model_id: str
     extra: dict[str, Any] = field(default_factory=dict)  # server-specific request fields
     process: subprocess.Popen[bytes] | None = None
+    ready_path: str = "/healthz"  # answers 200 once the model is loaded
 
 
 def free_port() -> int:
@@ -187,7 +188,7 @@ def start_llama_cpp(path: Path, threads: int, log: Path, extra_buffer_types: boo
     target = Target("llama.cpp (llama-cpp-python server)", f"http://127.0.0.1:{port}", "model", {})
     target.extra = {"repeat_penalty": 1.05}
     target.process = process
-    wait_ready(target.url, "/v1/models", process)
+    target.ready_path = "/v1/models"
     return target
 
 
@@ -223,7 +224,7 @@ def start_llama_server(
     extra = {"stream_options": {"include_usage": True}, "repeat_penalty": 1.05}
     target = Target(f"llama.cpp llama-server --parallel {slots}", f"http://127.0.0.1:{port}", "model", extra)
     target.process = process
-    wait_ready(target.url, "/health", process)
+    target.ready_path = "/health"
     return target
 
 
@@ -442,6 +443,7 @@ def run_llama_cpp(
 
     target = start(True)
     try:
+        wait_ready(target.url, target.ready_path, target.process)
         result = run_target(target, levels, args.requests, args.max_tokens)
     except RuntimeError:
         if target.process is not None:
@@ -453,11 +455,12 @@ def run_llama_cpp(
         if target.process is None or target.process.returncode != -signal.SIGSEGV:
             raise
         notes.append(
-            "the default build (AMX/repacked extra buffer types) crashed with SIGSEGV on the first request; "
+            "the default build (AMX/repacked extra buffer types) crashed with SIGSEGV on its first product; "
             "measured with use_extra_bufts=false (llama-server --no-repack)"
         )
         print(f"serve_load: {notes[-1]}", file=sys.stderr, flush=True)
         target = start(False)
+        wait_ready(target.url, target.ready_path, target.process)
         result = run_target(target, levels, args.requests, args.max_tokens)
     finally:
         stop(target.process)
