@@ -48,7 +48,7 @@
 /* The kernel family in use, set once by the Cython layer (best supported, or HYMT_ISA) and changed
  * only by hymt.kernels.use_isa() in tests. Kernels that dispatch internally (hymt_dot_f32 in vec.h)
  * read it; GEMMs are dispatched by matmul.h through hymt_format.gemm[]. */
-static int hymt_active_isa = 0;
+static int hymt_active_isa __attribute__((unused)) = 0; /* unused where only the types are needed (ops.so) */
 
 /* Kernel families, in the order of preference on x86 (best last). */
 enum hymt_isa {

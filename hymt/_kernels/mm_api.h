@@ -15,8 +15,8 @@ typedef struct {
     /* hymt_format_by_name: NULL when the format is not registered */
     const hymt_format *(*format_by_name)(const char *name);
     /* hymt_matmul, hymt_matmul_qkv, hymt_matmul_gate_up_silu (matmul.h): 0, or -1 when scratch failed */
-    int (*matmul)(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n,
-                  float *y, int float_path);
+    int (*matmul)(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x,
+                  int64_t n, float *y, int float_path);
     int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk, const uint8_t *wk,
                int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv, int64_t cols, const float *x,
                int64_t n, float *yq, float *yk, float *yv, int float_path);

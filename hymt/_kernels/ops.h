@@ -167,10 +167,10 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
         for (int64_t kv = kv0; kv < kv1; kv++) {
             const float *qg = qt + (kv - kv0) * group * D;
             float *sg = scores + (kv - kv0) * group * span + p;
-            int64_t g0 = 0;
-            for (; g0 + 8 <= group; g0 += 8) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 8);
-            for (; g0 + 4 <= group; g0 += 4) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 4);
-            for (; g0 < group; g0++) hymt_scores_heads(qg + g0 * D, row, K, kv, D, 1, scale, sg + g0 * span, span, 1);
+            int64_t g = 0;
+            for (; g + 8 <= group; g += 8) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 8);
+            for (; g + 4 <= group; g += 4) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 4);
+            for (; g < group; g++) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 1);
         }
     }
     for (int64_t j = 0; j < heads; j++) {
@@ -246,7 +246,8 @@ static int hymt_attention(const float *q, const float *keys, const float *values
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n * runs; task++) {
             const int64_t kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
-            if (scores != NULL) task_fn(q, keys, values, start, task / runs, kv0, kv1, H, K, D, span, scores, out);
+            if (scores == NULL) continue;
+            task_fn(q, keys, values, start, task / runs, kv0, kv1, H, K, D, span, scores, out);
         }
         free(scores);
     }

@@ -35,7 +35,8 @@ cdef extern from "mm_api.h" nogil:
                       int64_t n, float *y, int float_path) nogil
         int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
                    const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
-                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv, int float_path) nogil
+                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv,
+                   int float_path) nogil
         int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
                             const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
                             int float_path) nogil
@@ -282,7 +283,10 @@ cdef class Layer:
 
     def dense_ffn(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] ffn,
                   int threads=1):
-        """hidden += delta; x = RMSNorm(hidden); delta = down(silu(gate·x) × (up·x)); ffn: [N, F] scratch."""
+        """hidden += delta; x = RMSNorm(hidden); delta = down(silu(gate·x) × (up·x)).
+
+        ffn: [N, F] scratch for the middle activations.
+        """
         cdef int64_t n = hidden.shape[0], h = self.h, F = self.F
         if not self.dense:
             raise KernelError("layer: no dense FFN")
@@ -294,7 +298,8 @@ cdef class Layer:
             return
         cdef int status
         with nogil:
-            hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.ffn_norm, &x[0, 0], n, h, self.eps, threads)
+            hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.ffn_norm, &x[0, 0], n, h, self.eps,
+                                  threads)
             status = _mm.gate_up_silu(self.gate.f, self.gate.w, self.up.f, self.up.w, F, h, &x[0, 0], n,
                                       &ffn[0, 0], self.float_path)
             status |= _mm.matmul(self.down.f, self.down.w, h, F, &ffn[0, 0], n, &delta[0, 0], self.float_path)

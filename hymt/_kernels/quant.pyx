@@ -69,7 +69,8 @@ cdef extern from "mm_api.h" nogil:
                       int64_t n, float *y, int float_path) nogil
         int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
                    const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
-                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv, int float_path) nogil
+                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv,
+                   int float_path) nogil
         int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
                             const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
                             int float_path) nogil
