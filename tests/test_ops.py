@@ -217,3 +217,84 @@ def test_routing_floor_and_non_finite_logits_stay_valid():
     nan = np.full((1, 4), np.nan, np.float32)
     selected, _ = ops.moe_route(nan, np.zeros(4, np.float32), 3, True, 1.0)
     assert sorted(selected[0].tolist()) == [0, 1, 2]
+
+
+# ---- ops.Layer: a whole dense block in two calls ------------------------------------------------------
+
+
+class _F32Weight:
+    """A [cols, rows] F32 matrix in the shape hymt.quant.packed reads."""
+
+    def __init__(self, name: str, matrix: np.ndarray) -> None:
+        self.name, self.dtype = name, "F32"
+        self.dimensions = (matrix.shape[1], matrix.shape[0])
+        self.data = np.ascontiguousarray(matrix, dtype=np.float32).view(np.uint8).reshape(-1)
+
+
+def _dense_layer(h=64, H=4, K=2, D=16, F=96):
+    from hymt import quant
+
+    w = {n: rand(*shape) * 0.2 for n, shape in
+         (("q", (H * D, h)), ("k", (K * D, h)), ("v", (K * D, h)), ("o", (h, H * D)), ("gate", (F, h)),
+          ("up", (F, h)), ("down", (h, F)))}  # fmt: skip
+    norms = {n: 1.0 + 0.1 * rand(size) for n, size in (("attn", h), ("ffn", h), ("q", D), ("k", D))}
+    freqs = ops.rope_freqs(10000.0, D)
+    packed = {n: quant.packed(_F32Weight(n, m)) for n, m in w.items()}
+    layer = ops.Layer(
+        (packed["q"], packed["k"], packed["v"]), packed["o"], (packed["gate"], packed["up"], packed["down"]),
+        norms["attn"], norms["ffn"], norms["q"], norms["k"], freqs, H, K, 1e-5, False, True,
+    )  # fmt: skip
+    return layer, w, norms, freqs
+
+
+def test_layer_matches_float64_dense_block():
+    h, H, K, D, F, eps = 64, 4, 2, 16, 96, 1e-5
+    layer, w, norms, freqs = _dense_layer(h, H, K, D, F)
+    past, n = 5, 3  # one session: 5 cached positions, then 3 new tokens
+    keys, values = np.zeros((16, K * D), np.float32), np.zeros((16, K * D), np.float32)
+    keys[:past], values[:past] = rand(past, K * D), rand(past, K * D)
+    hidden, delta = rand(n, h), rand(n, h)
+    residual = (hidden.astype(np.float64) + delta).astype(np.float32)
+    x, q, k, v, attended = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D))
+    positions = np.arange(past, past + n, dtype=np.int64)
+    layer.attention(hidden, delta, x, q, k, v, attended, positions, np.array([0, n], np.int64), [keys],
+                    [values], 2)  # fmt: skip
+    # float64 reference: norm, projections, RoPE then per-head norm, causal GQA, output projection
+    xr = ref_rmsnorm(residual, norms["attn"], eps)
+    qr = ref_rope((xr @ w["q"].T).reshape(n, H, D), positions, freqs)
+    kr = ref_rope((xr @ w["k"].T).reshape(n, K, D), positions, freqs)
+    qr, kr = ref_rmsnorm(qr, norms["q"], eps), ref_rmsnorm(kr, norms["k"], eps)
+    vr = (xr @ w["v"].T).reshape(n, K, D)
+    kc = np.concatenate([keys[:past].reshape(past, K, D), kr])
+    vc = np.concatenate([values[:past].reshape(past, K, D), vr])
+    ar = ref_attention(qr, kc, vc, past, H, K).reshape(n, H * D)
+    np.testing.assert_array_equal(hidden, residual)
+    np.testing.assert_allclose(keys[past : past + n].reshape(n, K, D), kr, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(delta, ar @ w["o"].T, rtol=1e-3, atol=1e-3)
+    after = (hidden.astype(np.float64) + delta).astype(np.float32)
+    ffn = np.empty((n, F), np.float32)
+    layer.dense_ffn(hidden, delta, x, ffn, 2)
+    xf = ref_rmsnorm(after, norms["ffn"], eps)
+    g, u = xf @ w["gate"].T, xf @ w["up"].T
+    np.testing.assert_allclose(delta, (g / (1 + np.exp(-g)) * u) @ w["down"].T, rtol=1e-3, atol=1e-3)
+
+
+def test_layer_rejects_bad_segments_and_shapes():
+    h, H, K, D = 64, 4, 2, 16
+    layer, *_ = _dense_layer(h, H, K, D)
+    n = 2
+    bufs = [np.zeros((n, c), np.float32) for c in (h, h, h, H * D, K * D, K * D, H * D)]
+    positions = np.arange(6, 8, dtype=np.int64)
+    small = np.zeros((7, K * D), np.float32)  # positions 6..7 do not fit
+    with pytest.raises(KernelError):
+        layer.attention(*bufs, positions, np.array([0, n], np.int64), [small], [small.copy()])
+    fits = np.zeros((8, K * D), np.float32)
+    for bounds in ([0, 1], [0, 3], [1, 2], [0, 2, 2]):
+        with pytest.raises(KernelError):
+            layer.attention(*bufs, positions, np.array(bounds, np.int64), [fits] * (len(bounds) - 1),
+                            [fits.copy()] * (len(bounds) - 1))  # fmt: skip
+    with pytest.raises(KernelError):
+        layer.attention(*bufs[:3], np.zeros((n, H * D + 1), np.float32), *bufs[4:], positions,
+                        np.array([0, n], np.int64), [fits], [fits.copy()])  # fmt: skip
+    with pytest.raises(KernelError):
+        layer.dense_ffn(*bufs[:3], np.zeros((n, 5), np.float32))
