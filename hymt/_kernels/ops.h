@@ -24,6 +24,8 @@
 #define HYMT_OPS_PARALLEL_WORK 32768
 /* Attention work (multiply-adds of q·k) below which one thread is faster than waking the others. */
 #define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 20)
+/* Positions per tile of the attention value sum (a task's rows of a tile fit in L1). */
+#define HYMT_OPS_ATTENTION_TILE 32
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* The vector helpers below are always inlined, so the vector-return ABI note does not apply. */
@@ -151,7 +153,7 @@ static inline __attribute__((always_inline)) void hymt_scores_heads(const float 
  * one contiguous run of (kv1 - kv0) * D floats (a kv head at a time would revisit the rows once per head
  * and 64-dim chunk). Every output element still gets exactly the operations of a per-head loop: its score
  * is hymt_ops_dot's lane order and tree, its softmax the same, and its weighted sum adds prob * v over
- * positions in order, starting from 0 (the running sums live in out, in L1).
+ * positions in order, starting from 0.
  * scores: (kv1 - kv0) * group * span floats of scratch (span = start + n). */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
     const float *q, const float *keys, const float *values, int64_t start, int64_t t, int64_t kv0, int64_t kv1,
@@ -185,16 +187,37 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
         const float inv = 1.0f / sum;
         for (int64_t p = 0; p < len; p++) s[p] *= inv;
     }
+    /* weighted value sums, a tile of positions at a time: within a tile each head keeps its sums for 64
+     * output dims in registers (the tile's rows stay in L1 across the heads); between tiles the sums
+     * wait in out */
     memset(ot, 0, (size_t)(heads * D) * sizeof(float));
-    for (int64_t p = 0; p < len; p++) {
-        const float *row = values + (p * K + kv0) * D; /* the task's kv heads at position p, contiguous */
+    for (int64_t p0 = 0; p0 < len; p0 += HYMT_OPS_ATTENTION_TILE) {
+        const int64_t p1 = p0 + HYMT_OPS_ATTENTION_TILE < len ? p0 + HYMT_OPS_ATTENTION_TILE : len;
         for (int64_t j = 0; j < heads; j++) {
-            const float *v = row + (j / group) * D;
-            const float prob = scores[j * span + p];
+            const float *s = scores + j * span;
+            const float *vj = values + (kv0 + j / group) * D; /* position p at vj + p * K * D */
             float *o = ot + j * D;
             int64_t d = 0;
-            for (; d + 8 <= D; d += 8) hymt_store8(o + d, hymt_load8(o + d) + prob * hymt_load8(v + d));
-            for (; d < D; d++) o[d] += prob * v[d];
+            for (; d + 64 <= D; d += 64) {
+                hymt_v8f acc[8];
+                for (int m = 0; m < 8; m++) acc[m] = hymt_load8(o + d + 8 * m);
+                for (int64_t p = p0; p < p1; p++) {
+                    const float *v = vj + p * K * D + d;
+                    const float prob = s[p];
+                    for (int m = 0; m < 8; m++) acc[m] += prob * hymt_load8(v + 8 * m);
+                }
+                for (int m = 0; m < 8; m++) hymt_store8(o + d + 8 * m, acc[m]);
+            }
+            for (; d + 8 <= D; d += 8) {
+                hymt_v8f acc = hymt_load8(o + d);
+                for (int64_t p = p0; p < p1; p++) acc += s[p] * hymt_load8(vj + p * K * D + d);
+                hymt_store8(o + d, acc);
+            }
+            for (; d < D; d++) {
+                float acc = o[d];
+                for (int64_t p = p0; p < p1; p++) acc += s[p] * vj[p * K * D + d];
+                o[d] = acc;
+            }
         }
     }
 }
