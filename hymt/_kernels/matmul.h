@@ -6,10 +6,11 @@
  * One OpenMP parallel region per call (a decode step makes ~250 calls, so there is exactly one fork):
  *   1. each token's activations are prepared once per distinct activation layout (format.prepare),
  *      tokens split over the threads, then a barrier;
- *   2. output rows are split into one static chunk per thread, chunk sizes a multiple of
- *      HYMT_ROW_TILE so kernel row tiles never straddle threads; each thread calls the format's GEMM
- *      over its rows for all n tokens (the kernel tiles tokens itself, loading each weight block once
- *      per token tile).
+ *   2. output rows are cut into about four chunks per thread, each a multiple of HYMT_ROW_TILE so
+ *      kernel row tiles never straddle threads, and handed out dynamically: a thread that runs slower
+ *      (another process took its core, its pages were colder) does fewer chunks instead of holding the
+ *      others at the closing barrier. For each chunk the format's GEMM runs over its rows for all n
+ *      tokens (the kernel tiles tokens itself, loading each weight block once per token tile).
  * Each output element is computed by one thread with an order fixed by the kernel, so results do not
  * depend on the thread count, on the chunking, or on the other tokens of the batch.
  *
@@ -82,13 +83,10 @@ static void hymt_mm_rows(const hymt_mm_weight *m, int64_t r0, int64_t r1, const 
     }
 }
 
-/* Thread tid's chunk of [0, total): static, a multiple of HYMT_ROW_TILE long. */
-static inline void hymt_thread_chunk(int64_t total, int tid, int nth, int64_t *start, int64_t *end) {
-    int64_t chunk = (total + nth - 1) / nth;
-    chunk = (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
-    int64_t s = (int64_t)tid * chunk;
-    *start = s < total ? s : total;
-    *end = s + chunk < total ? s + chunk : total;
+/* Rows per dynamically scheduled chunk: about four chunks per thread, a multiple of HYMT_ROW_TILE. */
+static inline int64_t hymt_row_chunk(int64_t total, int nth) {
+    int64_t chunk = (total + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
+    return (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
 }
 
 static inline float hymt_silu(float g) { return g / (1.0f + expf(-g)); }
@@ -148,33 +146,37 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
                 prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
             }
         }
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        int64_t start, end;
-        hymt_thread_chunk(total_rows, tid, nth, &start, &end);
-        if (!silu) {
-            /* The weights' rows laid end to end; this thread takes [start, end) of them. */
-            int64_t base = 0;
-            for (int k = 0; k < nm; k++) {
-                int64_t r0 = start - base, r1 = end - base;
-                r0 = r0 < 0 ? 0 : r0;
-                r1 = r1 > m[k].rows ? m[k].rows : r1;
-                hymt_mm_rows(&m[k], r0, r1, x, n, cols, m[k].y, m[k].y_stride);
-                base += m[k].rows;
-            }
-        } else {
-            float *tile = up + (size_t)tid * (size_t)n * HYMT_SILU_ROWS; /* [n][HYMT_SILU_ROWS] */
-            for (int64_t c = start; c < end; c += HYMT_SILU_ROWS) {
-                int64_t len = end - c < HYMT_SILU_ROWS ? end - c : HYMT_SILU_ROWS;
-                /* Row-shifted views so the kernels' absolute row indices start at c. */
-                hymt_mm_weight gate = m[0], upw = m[1];
-                gate.w += (size_t)c * gate.row_bytes;
-                upw.w += (size_t)c * upw.row_bytes;
-                hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
-                hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
-                for (int64_t t = 0; t < n; t++) {
-                    float *g = m[0].y + t * m[0].y_stride + c;
-                    const float *u = tile + t * HYMT_SILU_ROWS;
-                    for (int64_t i = 0; i < len; i++) g[i] = hymt_silu(g[i]) * u[i];
+        int tid = omp_get_thread_num();
+        int64_t chunk = hymt_row_chunk(total_rows, omp_get_num_threads());
+        int64_t nchunks = (total_rows + chunk - 1) / chunk;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t ci = 0; ci < nchunks; ci++) {
+            int64_t start = ci * chunk, end = start + chunk < total_rows ? start + chunk : total_rows;
+            if (!silu) {
+                /* The weights' rows laid end to end; this chunk is [start, end) of them. */
+                int64_t base = 0;
+                for (int k = 0; k < nm; k++) {
+                    int64_t r0 = start - base, r1 = end - base;
+                    r0 = r0 < 0 ? 0 : r0;
+                    r1 = r1 > m[k].rows ? m[k].rows : r1;
+                    hymt_mm_rows(&m[k], r0, r1, x, n, cols, m[k].y, m[k].y_stride);
+                    base += m[k].rows;
+                }
+            } else {
+                float *tile = up + (size_t)tid * (size_t)n * HYMT_SILU_ROWS; /* [n][HYMT_SILU_ROWS] */
+                for (int64_t c = start; c < end; c += HYMT_SILU_ROWS) {
+                    int64_t len = end - c < HYMT_SILU_ROWS ? end - c : HYMT_SILU_ROWS;
+                    /* Row-shifted views so the kernels' absolute row indices start at c. */
+                    hymt_mm_weight gate = m[0], upw = m[1];
+                    gate.w += (size_t)c * gate.row_bytes;
+                    upw.w += (size_t)c * upw.row_bytes;
+                    hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
+                    hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
+                    for (int64_t t = 0; t < n; t++) {
+                        float *g = m[0].y + t * m[0].y_stride + c;
+                        const float *u = tile + t * HYMT_SILU_ROWS;
+                        for (int64_t i = 0; i < len; i++) g[i] = hymt_silu(g[i]) * u[i];
+                    }
                 }
             }
         }
