@@ -52,8 +52,12 @@ class SamplingParams:
         r = self.repetition_penalty
         if not _is_real(r) or not math.isfinite(r) or r <= 0:
             raise GenerationError("repetition_penalty must be positive and finite")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
-            raise GenerationError("seed must be an integer")
+        seed = self.seed
+        if seed is not None and (
+            not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64
+        ):
+            # numpy's default_rng rejects negative seeds deep inside; the API's range is 0..2^64-1 (§9.4).
+            raise GenerationError("seed must be an integer between 0 and 2^64-1")
 
     @property
     def greedy(self) -> bool:

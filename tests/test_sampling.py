@@ -163,6 +163,9 @@ def test_logit_checks():
         (SamplingParams(1.0, 1.0, -2, 1.0), "top_k must be -1, 0, or a positive integer"),
         (SamplingParams(1.0, 1.0, -1, 0.0), "repetition_penalty must be positive and finite"),
         (SamplingParams(1.0, 1.0, -1, float("inf")), "repetition_penalty must be positive and finite"),
+        (SamplingParams(1.0, 1.0, -1, 1.0, seed=-1), r"seed must be an integer between 0 and 2\^64-1"),
+        (SamplingParams(1.0, 1.0, -1, 1.0, seed=2**64), r"seed must be an integer between 0 and 2\^64-1"),
+        (SamplingParams(1.0, 1.0, -1, 1.0, seed=True), r"seed must be an integer between 0 and 2\^64-1"),
     ],
 )
 def test_validation_messages(params, message):
