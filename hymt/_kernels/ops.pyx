@@ -10,6 +10,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+from hymt._kernels.mm_api cimport HYMT_MM_API_CAPSULE, hymt_format, hymt_mm_api
+
 from hymt.errors import KernelError
 
 cdef extern from "ops.h" nogil:
@@ -24,22 +26,6 @@ cdef extern from "ops.h" nogil:
                        int64_t K, int64_t D, float *out, int threads)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
-
-cdef extern from "mm_api.h" nogil:
-    ctypedef struct hymt_format:
-        pass
-    const char *HYMT_MM_API_CAPSULE
-    ctypedef struct hymt_mm_api:
-        const hymt_format *(*format_by_name)(const char *name) nogil
-        int (*matmul)(const hymt_format *f, const uint8_t *w, int64_t rows, int64_t cols, const float *x,
-                      int64_t n, float *y, int float_path) nogil
-        int (*qkv)(const hymt_format *fq, const uint8_t *wq, int64_t rq, const hymt_format *fk,
-                   const uint8_t *wk, int64_t rk, const hymt_format *fv, const uint8_t *wv, int64_t rv,
-                   int64_t cols, const float *x, int64_t n, float *yq, float *yk, float *yv,
-                   int float_path) nogil
-        int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
-                            const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
-                            int float_path) nogil
 
 import numpy as np
 
