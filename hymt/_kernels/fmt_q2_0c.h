@@ -11,11 +11,10 @@
  * Float part, fixed for every ISA: y[t, r] = Σ_b Σ_h (d_b × s_t,2b+h) × f32(isum_t,r,b,h), added in
  * (b, h) order from 0.0f (no fma).
  *
- * AVX-512, n < HYMT_LOWBIT_BATCH_MIN: per (row, half) one 64-byte load, masks, one shift and two
- * nibble lookups give the planes, 4 vpdpbusd per token; rows are read in memory order with a
- * software prefetch and 16 rows' accumulators are reduced by one transpose-add tree (lane = row).
- * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN: code bytes of 16 rows transposed once per half (16×16
- * dwords), planes buffered, one vpdpbusd with a broadcast activation dword per 4 weights × 16 rows
+ * AVX-512, n < Q2C_BATCH_MIN: the code bytes of 16 rows are transposed per half (lane = row), one
+ * AND per plane (scaled planes, one accumulator each), one vpdpbusd with a broadcast activation dword
+ * per 4 weights × 16 rows × token; no horizontal sums. AVX-512, n ≥ Q2C_BATCH_MIN: the same
+ * transposed planes buffered per 32-row tile and chunk, one vpdpbusd per 4 weights × 16 rows
  * × token. AVX2: shift/mask planes, maddubs + madd. NEON: signed digits 2·code − 3, SDOT. */
 #ifndef HYMT_FMT_Q2_0C_H
 #define HYMT_FMT_Q2_0C_H
@@ -59,20 +58,59 @@ static float hymt_row_dot_f32_q2_0c(const uint8_t *row, const float *x, int64_t 
 
 static size_t hymt_act_stride_q2_0c(int64_t cols) { return hymt_act_stride_q8g(cols); }
 
+/* qs[64p + j] = natural[4j + p]; bsums of the new 16-byte chunks. */
+static void q2c_deinterleave_scalar(hymt_q8g *g) {
+    int8_t natural[256];
+    memcpy(natural, g->qs, sizeof natural);
+    for (int j = 0; j < 64; j++)
+        for (int p = 0; p < 4; p++) g->qs[64 * p + j] = natural[4 * j + p];
+    for (int c = 0; c < 16; c++) {
+        int s = 0;
+        for (int i = 16 * c; i < 16 * c + 16; i++) s += g->qs[i];
+        g->bsums[c] = (int16_t)s;
+    }
+}
+
+#if defined(HYMT_X86)
+/* The same permutation in registers: a byte shuffle inside each 128-bit lane (plane p of 4 j's per
+ * dword), a dword permute (plane p of 16 j's per lane), then a 4×4 transpose of 128-bit lanes over the
+ * four 64-byte quarters; bsums by vpsadbw of the sign-flipped bytes. */
+HYMT_TARGET_AVX512 static void q2c_deinterleave_avx512(hymt_q8g *g) {
+    const __m512i in_lane = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i quarter[4], pair[4]; /* quarter m, 128-bit lane p: plane p of j = 16m..16m+15 */
+    for (int m = 0; m < 4; m++)
+        quarter[m] = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(g->qs + 64 * m)), in_lane));
+    pair[0] = _mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(1, 0, 1, 0)); /* q0p0 q0p1 q1p0 q1p1 */
+    pair[1] = _mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(3, 2, 3, 2)); /* q0p2 q0p3 q1p2 q1p3 */
+    pair[2] = _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(1, 0, 1, 0));
+    pair[3] = _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(3, 2, 3, 2));
+    __m512i plane[4] = {_mm512_shuffle_i64x2(pair[0], pair[2], _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_i64x2(pair[0], pair[2], _MM_SHUFFLE(3, 1, 3, 1)),
+                        _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(3, 1, 3, 1))};
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int p = 0; p < 4; p++) {
+        _mm512_storeu_si512((void *)(g->qs + 64 * p), plane[p]);
+        int64_t sad[8]; /* qwords 2c, 2c + 1: the two halves of chunk c, each biased by 8 × 128 */
+        _mm512_storeu_si512((void *)sad, _mm512_sad_epu8(_mm512_xor_si512(plane[p], flip), _mm512_setzero_si512()));
+        for (int c = 0; c < 4; c++) g->bsums[4 * p + c] = (int16_t)(sad[2 * c] + sad[2 * c + 1] - 2048);
+    }
+}
+#endif
+
 static void hymt_prepare_q2_0c(const float *x, int64_t cols, uint8_t *act) {
     hymt_q8g *groups = (hymt_q8g *)act;
     for (int64_t k = 0; k < cols / HYMT_Q8G_SIZE; k++) {
         hymt_q8g *g = groups + k;
         hymt_quantize_group_q8g(x + k * HYMT_Q8G_SIZE, g);
-        int8_t natural[256];
-        memcpy(natural, g->qs, sizeof natural);
-        for (int j = 0; j < 64; j++)
-            for (int p = 0; p < 4; p++) g->qs[64 * p + j] = natural[4 * j + p];
-        for (int c = 0; c < 16; c++) {
-            int s = 0;
-            for (int i = 16 * c; i < 16 * c + 16; i++) s += g->qs[i];
-            g->bsums[c] = (int16_t)s;
+#if defined(HYMT_X86)
+        if (hymt_active_isa == HYMT_ISA_AVX512) {
+            q2c_deinterleave_avx512(g);
+            continue;
         }
+#endif
+        q2c_deinterleave_scalar(g);
     }
 }
 
@@ -110,65 +148,93 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
 /* ---- AVX-512 ---- */
 #if defined(HYMT_X86)
 
-HYMT_TARGET_AVX512 static void q2c_gemm_rows(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                             const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
-                                             float *y, int64_t y_stride) {
-    int64_t nb = cols / Q2C_BLOCK;
-    const __m512i three = _mm512_set1_epi8(3), fifteen = _mm512_set1_epi8(15);
-    const __m512i upper_pair = /* nibble i -> i >> 2 */
-        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    __m512i row_offsets = hymt_row_offsets(row_bytes);
-    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_PARTIALS][16][16]; /* [token · 2·chunk + half][row][lane] */
-    memset(partial, 0, sizeof partial);
-    for (int64_t r = r0; r < r1; r += 16) {
-        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
-        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
-        const uint8_t *wt = w + r * row_bytes;
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {
-            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);
-            int chunk = HYMT_LOWBIT_PARTIALS / 2 / tt; /* blocks per chunk */
-            const hymt_q8g *a0 = (const hymt_q8g *)(act + t0 * act_stride);
-            size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
-            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];
-            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
-                int nc = (int)(nb - b0 < chunk ? nb - b0 : chunk);
-                for (int i = 0; i < rows; i++) {
-                    const uint8_t *codes = wt + i * row_bytes + b0 * Q2C_BYTES + 2;
-                    for (int h = 0; h < 2 * nc; h++, codes += (h & 1) ? 64 : Q2C_BYTES - 64) {
-                        _mm_prefetch((const char *)codes + HYMT_PREFETCH_BYTES, HYMT_PREFETCH_HINT);
-                        __m512i v = _mm512_loadu_si512((const void *)codes);
-                        /* planes 1 and 3 by a nibble lookup (port 5) so that one shift is left
-                         * beside the vpdpbusd on port 0 */
-                        __m512i lo = _mm512_and_si512(v, fifteen);
-                        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), fifteen);
-                        __m512i pl0 = _mm512_and_si512(v, three);
-                        __m512i pl1 = _mm512_shuffle_epi8(upper_pair, lo);
-                        __m512i pl2 = _mm512_and_si512(hi, three);
-                        __m512i pl3 = _mm512_shuffle_epi8(upper_pair, hi);
-                        for (int t = 0; t < tt; t++) {
-                            const int8_t *q = a0[t * ts + 2 * b0 + h].qs;
-                            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl0, _mm512_loadu_si512((const void *)q));
-                            s = _mm512_dpbusd_epi32(s, pl1, _mm512_loadu_si512((const void *)(q + 64)));
-                            s = _mm512_dpbusd_epi32(s, pl2, _mm512_loadu_si512((const void *)(q + 128)));
-                            s = _mm512_dpbusd_epi32(s, pl3, _mm512_loadu_si512((const void *)(q + 192)));
-                            _mm512_store_si512((void *)partial[t * 2 * chunk + h][i], s);
-                        }
-                    }
-                }
-                for (int c = 0; c < nc; c++) {
-                    __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, (b0 + c) * Q2C_BYTES, 0);
-                    for (int h = 2 * c; h < 2 * c + 2; h++)
-                        for (int t = 0; t < tt; t++) {
-                            const hymt_q8g *g = a0 + t * ts + 2 * b0 + h;
-                            __m512i sums = hymt_reduce16_epi32((const __m512i *)partial[t * 2 * chunk + h]);
-                            __m512i isum = _mm512_sub_epi32(_mm512_slli_epi32(sums, 1), _mm512_set1_epi32(3 * g->sum));
-                            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)),
-                                                                         _mm512_cvtepi32_ps(isum)));
-                        }
+/* Calls with fewer tokens run the small-batch kernel (decode pass per 4 tokens), more the batched one
+ * (planes buffered once for every token tile). */
+#define Q2C_BATCH_MIN 9
+/* The small-batch kernel reads 16 rows side by side, a pattern the hardware streamers do not follow:
+ * it prefetches the row tile this many tiles ahead, in memory order, into L2. */
+#define Q2C_PREFETCH_TILES 4
+
+/* The 4 int8 activations at q in every dword lane. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i q2c_bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* ---- AVX-512 small-batch kernel (n < Q2C_BATCH_MIN): lane = row, codes transposed per half ----
+ * The 64 code bytes of 16 rows are loaded side by side and transposed (16×16 dwords): vector j
+ * holds code bytes 4j..4j+3 of every row. A mask gives plane p scaled, 4^p · code, so each plane
+ * costs one AND and has its own accumulator: one vpdpbusd per plane with the broadcast activation
+ * dword qs[64p + 4j] (4 weights × 16 rows × token). Per half the planes are combined exactly
+ * (acc_p is a multiple of 4^p) and the float epilogue runs once per 16 rows: no horizontal sums. */
+HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row_bytes, int rows, int64_t nb,
+                                                   __m512i row_offsets, const hymt_q8g *g0, size_t ts, float *y,
+                                                   int64_t y_stride, const int T) {
+    const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c), m2 = _mm512_set1_epi8(0x30),
+                  m3 = _mm512_set1_epi8((char)0xc0);
+    __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
+    const uint8_t *pf = wt + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes;
+    size_t pf_step = 8 * row_bytes / (size_t)nb; /* bytes of a tile per half-block step */
+    __m512 facc[4]; /* [token] lane i: y of row i */
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
+        for (int h = 0; h < 2; h++) {
+            __m512i rc[16], c[16];
+            for (int i = 0; i < 16; i++)
+                rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
+                                 : _mm512_setzero_si512();
+            for (size_t k = 0; k < pf_step + 64; k += 64) _mm_prefetch((const char *)pf + k, _MM_HINT_T1);
+            pf += pf_step;
+            hymt_transpose16_epi32(rc, c);
+            __m512i acc[4][4]; /* [token][plane] */
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] =
+                _mm512_setzero_si512();
+            const hymt_q8g *g = g0 + 2 * b + h;
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
+                __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
+                        p2 = _mm512_and_si512(c[j], m2), p3 = _mm512_and_si512(c[j], m3);
+                _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                    const int8_t *q = g[t * ts].qs + 4 * j;
+                    acc[t][0] = _mm512_dpbusd_epi32(acc[t][0], p0, q2c_bcast4(q));
+                    acc[t][1] = _mm512_dpbusd_epi32(acc[t][1], p1, q2c_bcast4(q + 64));
+                    acc[t][2] = _mm512_dpbusd_epi32(acc[t][2], p2, q2c_bcast4(q + 128));
+                    acc[t][3] = _mm512_dpbusd_epi32(acc[t][3], p3, q2c_bcast4(q + 192));
                 }
             }
-            for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]);
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc[t][1], 2)),
+                                             _mm512_add_epi32(_mm512_srai_epi32(acc[t][2], 4), _mm512_srai_epi32(acc[t][3], 6)));
+                __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(3 * g[t * ts].sum));
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g[t * ts].d)),
+                                                               _mm512_cvtepi32_ps(isum)));
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
+}
+
+HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                              const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                              float *y, int64_t y_stride) {
+    int64_t nb = cols / Q2C_BLOCK;
+    __m512i row_offsets = hymt_row_offsets(row_bytes);
+    size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
+    for (int64_t r = r0; r < r1; r += 16) {
+        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
+        const uint8_t *wt = w + r * row_bytes;
+        for (int64_t t0 = 0; t0 < n;) {
+            int tt = (int)(n - t0 < 4 ? n - t0 : 4);
+            const hymt_q8g *g0 = (const hymt_q8g *)(act + t0 * act_stride);
+            float *yt = y + t0 * y_stride + r;
+            switch (tt) {
+            case 4: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 4); break;
+            case 3: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 3); break;
+            case 2: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 2); break;
+            default: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 1); break;
+            }
+            t0 += tt;
         }
     }
 }
@@ -281,10 +347,10 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
 
 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                    size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
-    if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) /* (the tiles write y per block: none when cols = 0) */
+    if (n >= Q2C_BATCH_MIN && cols > 0) /* (the tiles write y per block: none when cols = 0) */
         q2c_gemm_tiles(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
     else
-        q2c_gemm_rows(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        q2c_gemm_lanes(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
 }
 
 /* ---- AVX2: per half, two 32-byte code vectors, shift/mask planes, maddubs + madd ---- */
