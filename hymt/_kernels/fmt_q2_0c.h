@@ -239,18 +239,19 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
     }
 }
 
-/* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
+/* ---- AVX-512 batched kernel (n ≥ Q2C_BATCH_MIN) ----
  * Per half-block, the 64 code bytes of 16 rows are transposed (16×16 dwords) so vector j holds code
- * bytes 4j..4j+3 of every row; its 4 planes (shift, mask) are buffered, and each token's activation
- * dword qs[64p + 4j] is broadcast into one vpdpbusd per plane: 4 weights × 16 rows × token per
- * instruction, no reduction. Two 16-row halves share each broadcast load (32 rows × up to 8 tokens
- * per step). Planes are built once per 32-row tile and chunk and reused by every token sub-tile. */
+ * bytes 4j..4j+3 of every row; its 4 planes are buffered as 2·code (shift, mask), and each token's
+ * activation dword qs[64p + 4j] is broadcast into one vpdpbusd per plane: 4 weights × 16 rows × token
+ * per instruction, no reduction. The accumulators start at −3·Σq, so they end at isum exactly. Two
+ * 16-row halves share each broadcast load (32 rows × up to 8 tokens per step). Planes are built once
+ * per 32-row tile and chunk and reused by every token sub-tile. */
 #define Q2C_TILE_HALVES 4 /* half-blocks of transposed planes buffered per 32-row tile (32 KB) */
 
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_tile(const __m512i (*pl)[4][16], const hymt_q8g *g0, size_t ts,
                                              const float (*dv)[16], float (*facc)[8][16], const int T) {
-    __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half */
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_si512();
+    __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half; start at −3·Σq, end at isum */
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_set1_epi32(-3 * g0[t * ts].sum);
     for (int j = 0; j < 16; j++) {
         _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
             __m512i wk0 = _mm512_load_si512((const void *)&pl[0][p][j]);
@@ -267,13 +268,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_tile(const __m512i (*pl)[4][16], const h
     __m512 d0 = _mm512_load_ps(dv[0]), d1 = _mm512_load_ps(dv[1]);
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
         __m512 s = _mm512_set1_ps(g0[t * ts].d);
-        __m512i three_sum = _mm512_set1_epi32(3 * g0[t * ts].sum);
-        __m512i isum0 = _mm512_sub_epi32(_mm512_slli_epi32(acc0[t], 1), three_sum);
-        __m512i isum1 = _mm512_sub_epi32(_mm512_slli_epi32(acc1[t], 1), three_sum);
         _mm512_store_ps(facc[0][t], _mm512_add_ps(_mm512_load_ps(facc[0][t]),
-                                                  _mm512_mul_ps(_mm512_mul_ps(d0, s), _mm512_cvtepi32_ps(isum0))));
+                                                  _mm512_mul_ps(_mm512_mul_ps(d0, s), _mm512_cvtepi32_ps(acc0[t]))));
         _mm512_store_ps(facc[1][t], _mm512_add_ps(_mm512_load_ps(facc[1][t]),
-                                                  _mm512_mul_ps(_mm512_mul_ps(d1, s), _mm512_cvtepi32_ps(isum1))));
+                                                  _mm512_mul_ps(_mm512_mul_ps(d1, s), _mm512_cvtepi32_ps(acc1[t]))));
     }
 }
 
@@ -281,9 +279,9 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
                                               const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                               float *y, int64_t y_stride) {
     int64_t nh = 2 * (cols / Q2C_BLOCK); /* half-blocks per row = activation groups */
-    const __m512i three = _mm512_set1_epi8(3);
+    const __m512i six = _mm512_set1_epi8(6);
     __m512i row_offsets = hymt_row_offsets(row_bytes);
-    HYMT_ALIGNED64 __m512i pl[Q2C_TILE_HALVES][2][4][16]; /* [half-block][row half][plane][j] */
+    HYMT_ALIGNED64 __m512i pl[Q2C_TILE_HALVES][2][4][16]; /* [half-block][row half][plane][j] 2·code */
     HYMT_ALIGNED64 float dv[Q2C_TILE_HALVES / 2][2][16];  /* [block][row half][row] scales */
     HYMT_ALIGNED64 float facc[2][8][16];                  /* [row half][token][row] running sums */
     const hymt_q8g *groups = (const hymt_q8g *)act;
@@ -311,10 +309,10 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
                     }
                     hymt_transpose16_epi32(rows_codes, codes);
                     for (int j = 0; j < 16; j++) {
-                        pl[c][rh][0][j] = _mm512_and_si512(codes[j], three);
-                        pl[c][rh][1][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 2), three);
-                        pl[c][rh][2][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 4), three);
-                        pl[c][rh][3][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 6), three);
+                        pl[c][rh][0][j] = _mm512_and_si512(_mm512_add_epi8(codes[j], codes[j]), six);
+                        pl[c][rh][1][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 1), six);
+                        pl[c][rh][2][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 3), six);
+                        pl[c][rh][3][j] = _mm512_and_si512(_mm512_srli_epi16(codes[j], 5), six);
                     }
                     if (half == 0)
                         _mm512_store_ps(dv[c / 2][rh], hymt_gather_scales(wt + 16 * rh * row_bytes, row_offsets,
