@@ -358,6 +358,18 @@ def test_stq1_avx512_without_vbmi_equals_scalar(n: int) -> None:
     assert_same_floats(matmul_isa("avx512", w, x), scalar)
 
 
+def test_q2_0c_every_small_batch_size_equals_scalar_and_each_token_alone() -> None:
+    """n = 1..9 covers each token-tile width of the Q2_0C small-batch kernels and the switch to the
+    batched kernel; 40 rows end in a partial 16-row tile."""
+    rng = np.random.default_rng(12)
+    w = random_weight("Q2_0C", 40, 1024, rng)
+    x = activations(9, 1024, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(9)])
+    for n in range(1, 10):
+        for isa in ISAS:
+            assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("isa", ISAS)
 def test_batch_composition_row_ranges_and_threads_do_not_change_results(dtype: str, isa: str) -> None:

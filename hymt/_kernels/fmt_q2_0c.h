@@ -215,6 +215,54 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
 }
 
+/* 5..8 tokens: four accumulators per token do not fit the registers, so planes pair up by scale:
+ * code bits 0–1 and 4–5 (masks 0x03 after shifts of 0 and 4) in one accumulator, bits 2–3 and 6–7
+ * (masks 0x0c: 4 · code) in the other, combined per half as acc_1 + acc_4 / 4. */
+HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t row_bytes, int rows, int64_t nb,
+                                                    __m512i row_offsets, const hymt_q8g *g0, size_t ts, float *y,
+                                                    int64_t y_stride, const int T) {
+    const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c);
+    __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
+    const uint8_t *pf = wt + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes;
+    size_t pf_step = 8 * row_bytes / (size_t)nb; /* bytes of a tile per half-block step */
+    __m512 facc[8]; /* [token] lane i: y of row i */
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
+        for (int h = 0; h < 2; h++) {
+            __m512i rc[16], c[16];
+            for (int i = 0; i < 16; i++)
+                rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
+                                 : _mm512_setzero_si512();
+            for (size_t k = 0; k < pf_step + 64; k += 64) _mm_prefetch((const char *)pf + k, _MM_HINT_T1);
+            pf += pf_step;
+            hymt_transpose16_epi32(rc, c);
+            __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
+            const hymt_q8g *g = g0 + 2 * b + h;
+            _Pragma("GCC unroll 2") for (int j = 0; j < 16; j++) {
+                __m512i hi = _mm512_srli_epi16(c[j], 4);
+                __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
+                        p2 = _mm512_and_si512(hi, m0), p3 = _mm512_and_si512(hi, m1);
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+                    const int8_t *q = g[t * ts].qs + 4 * j;
+                    acc1[t] = _mm512_dpbusd_epi32(acc1[t], p0, q2c_bcast4(q));
+                    acc4[t] = _mm512_dpbusd_epi32(acc4[t], p1, q2c_bcast4(q + 64));
+                    acc1[t] = _mm512_dpbusd_epi32(acc1[t], p2, q2c_bcast4(q + 128));
+                    acc4[t] = _mm512_dpbusd_epi32(acc4[t], p3, q2c_bcast4(q + 192));
+                }
+            }
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+                __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
+                __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(3 * g[t * ts].sum));
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g[t * ts].d)),
+                                                               _mm512_cvtepi32_ps(isum)));
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
+}
+
 HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                               const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                               float *y, int64_t y_stride) {
@@ -225,10 +273,14 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
         int rows = (int)(r1 - r < 16 ? r1 - r : 16);
         const uint8_t *wt = w + r * row_bytes;
         for (int64_t t0 = 0; t0 < n;) {
-            int tt = (int)(n - t0 < 4 ? n - t0 : 4);
+            int tt = (int)(n - t0 < 8 ? n - t0 : 8);
             const hymt_q8g *g0 = (const hymt_q8g *)(act + t0 * act_stride);
             float *yt = y + t0 * y_stride + r;
             switch (tt) {
+            case 8: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 8); break;
+            case 7: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 7); break;
+            case 6: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 6); break;
+            case 5: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 5); break;
             case 4: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 4); break;
             case 3: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 3); break;
             case 2: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, 2); break;
