@@ -370,6 +370,24 @@ def test_q2_0c_every_small_batch_size_equals_scalar_and_each_token_alone() -> No
             assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
 
 
+def test_q2_0c_activation_groups_at_the_quantizer_edges() -> None:
+    """Q2_0C quantizes its activations itself on AVX-512 (fused with the de-interleave): the same int8
+    values as every other ISA for a subnormal group max (inverse = inf, 0 × inf counts as 0), exact
+    halves (round half to even), NaN inputs (ignored by the max, quantized to 0) and infinities."""
+    rng = np.random.default_rng(13)
+    w = random_weight("Q2_0C", 24, 1536, rng)
+    x = activations(2, 1536, rng)
+    x[0, :256] = 0.0
+    x[0, 3] = np.float32(1e-40)  # subnormal max
+    x[0, 256:512] = (np.arange(256) % 9 - 4).astype(np.float32) + np.float32(0.5)  # ±k.5
+    x[0, 300] = 127.0  # max 127: inverse 1, the halves stay halves
+    x[1, 512 + 17] = np.nan
+    x[1, 1024 + 5] = np.inf
+    scalar = matmul_isa("scalar", w, x)
+    for isa in SIMD_ISAS:
+        assert_same_floats(matmul_isa(isa, w, x), scalar)
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("isa", ISAS)
 def test_batch_composition_row_ranges_and_threads_do_not_change_results(dtype: str, isa: str) -> None:

@@ -72,30 +72,57 @@ static void q2c_deinterleave_scalar(hymt_q8g *g) {
 }
 
 #if defined(HYMT_X86)
-/* The same permutation in registers: a byte shuffle inside each 128-bit lane (plane p of 4 j's per
- * dword), a dword permute (plane p of 16 j's per lane), then a 4×4 transpose of 128-bit lanes over the
- * four 64-byte quarters; bsums by vpsadbw of the sign-flipped bytes. */
-HYMT_TARGET_AVX512 static void q2c_deinterleave_avx512(hymt_q8g *g) {
+/* One group quantized to the values of hymt_quantize_group_q8g (act_q8g.h: the same max, scale and
+ * inverse; NaN products to 0, the clamp to ±127, then one conversion rounding half to even — clamping
+ * before rounding is the same at integer bounds), stored de-interleaved without a pass through memory:
+ * the 64 bytes of each quarter are shuffled inside their 128-bit lanes (plane p of 4 j's per dword),
+ * dword-permuted (plane p of 16 j's per lane), and the four quarters' lanes transposed (4×4). bsums by
+ * vpsadbw of the sign-flipped bytes; sum from the bsums. */
+HYMT_TARGET_AVX512 static void q2c_quantize_group_avx512(const float *x, hymt_q8g *g) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < HYMT_Q8G_SIZE; i += 16) /* max(a, m) keeps m when a is NaN: m is never NaN */
+        m[i / 16 % 4] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m[i / 16 % 4]);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
+    float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
+    const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     const __m512i in_lane = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
     const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    __m512i quarter[4], pair[4]; /* quarter m, 128-bit lane p: plane p of j = 16m..16m+15 */
-    for (int m = 0; m < 4; m++)
-        quarter[m] = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(g->qs + 64 * m)), in_lane));
-    pair[0] = _mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(1, 0, 1, 0)); /* q0p0 q0p1 q1p0 q1p1 */
-    pair[1] = _mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(3, 2, 3, 2)); /* q0p2 q0p3 q1p2 q1p3 */
-    pair[2] = _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(1, 0, 1, 0));
-    pair[3] = _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(3, 2, 3, 2));
+    __m512i quarter[4]; /* quarter m, 128-bit lane p: plane p of j = 16m..16m+15 */
+    for (int qm = 0; qm < 4; qm++) {
+        __m128i b8[4]; /* q[64qm + 16k ..] as bytes */
+        for (int k = 0; k < 4; k++) {
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * qm + 16 * k), inv);
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); /* NaN -> 0 */
+            __m512 clamped = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            b8[k] = _mm512_cvtepi32_epi8(_mm512_cvt_roundps_epi32(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        __m512i natural = _mm512_inserti32x4(_mm512_castsi128_si512(b8[0]), b8[1], 1);
+        natural = _mm512_inserti32x4(_mm512_inserti32x4(natural, b8[2], 2), b8[3], 3);
+        quarter[qm] = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(natural, in_lane));
+    }
+    __m512i pair[4] = {_mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(1, 0, 1, 0)),  /* q0p0 q0p1 q1p0 q1p1 */
+                       _mm512_shuffle_i64x2(quarter[0], quarter[1], _MM_SHUFFLE(3, 2, 3, 2)),  /* q0p2 q0p3 q1p2 q1p3 */
+                       _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_i64x2(quarter[2], quarter[3], _MM_SHUFFLE(3, 2, 3, 2))};
     __m512i plane[4] = {_mm512_shuffle_i64x2(pair[0], pair[2], _MM_SHUFFLE(2, 0, 2, 0)),
                         _mm512_shuffle_i64x2(pair[0], pair[2], _MM_SHUFFLE(3, 1, 3, 1)),
                         _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(2, 0, 2, 0)),
                         _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(3, 1, 3, 1))};
     const __m512i flip = _mm512_set1_epi8((char)0x80);
+    int32_t total = 0;
     for (int p = 0; p < 4; p++) {
         _mm512_storeu_si512((void *)(g->qs + 64 * p), plane[p]);
         int64_t sad[8]; /* qwords 2c, 2c + 1: the two halves of chunk c, each biased by 8 × 128 */
         _mm512_storeu_si512((void *)sad, _mm512_sad_epu8(_mm512_xor_si512(plane[p], flip), _mm512_setzero_si512()));
-        for (int c = 0; c < 4; c++) g->bsums[4 * p + c] = (int16_t)(sad[2 * c] + sad[2 * c + 1] - 2048);
+        for (int c = 0; c < 4; c++) {
+            g->bsums[4 * p + c] = (int16_t)(sad[2 * c] + sad[2 * c + 1] - 2048);
+            total += g->bsums[4 * p + c];
+        }
     }
+    g->sum = total;
+    memset(g->pad, 0, sizeof g->pad);
 }
 #endif
 
@@ -103,13 +130,13 @@ static void hymt_prepare_q2_0c(const float *x, int64_t cols, uint8_t *act) {
     hymt_q8g *groups = (hymt_q8g *)act;
     for (int64_t k = 0; k < cols / HYMT_Q8G_SIZE; k++) {
         hymt_q8g *g = groups + k;
-        hymt_quantize_group_q8g(x + k * HYMT_Q8G_SIZE, g);
 #if defined(HYMT_X86)
         if (hymt_active_isa == HYMT_ISA_AVX512) {
-            q2c_deinterleave_avx512(g);
+            q2c_quantize_group_avx512(x + k * HYMT_Q8G_SIZE, g);
             continue;
         }
 #endif
+        hymt_quantize_group_q8g(x + k * HYMT_Q8G_SIZE, g);
         q2c_deinterleave_scalar(g);
     }
 }
