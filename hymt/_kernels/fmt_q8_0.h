@@ -104,49 +104,78 @@ static void hymt_gemm_q8_0_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 
 #if defined(HYMT_X86)
 /* Tokens per register tile of the AVX-512 kernel, and tokens whose group totals live in one scratch. */
-#define HYMT_Q8_0_TILE_TOKENS 4
+#define HYMT_Q8_0_TILE_TOKENS 6
 #define HYMT_Q8_0_SPAN_TOKENS 64
+/* Batches up to this many tokens skip the panel scratch (hymt_q8_0_small_avx512). */
+#define HYMT_Q8_0_SMALL 4
+/* How far ahead (in 256-weight groups of a panel) the weight rows are prefetched. */
+#define HYMT_Q8_0_PREFETCH_GROUPS 2
 
-/* One group of a 16-row panel, lane = row: W[8b + j] lane r = bytes 4j..4j+3 of row r's block b, +128
- * (unsigned); D[b] lane r = d of row r's block b. Rows ≥ nr are not read (W lanes 128, D lanes 0). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_panel_avx512(const uint8_t *row0, size_t row_bytes, int nr,
-                                                            int64_t g, __m512i *W, __m512 *D) {
+/* One block of a 16-row panel, lane = row: W[j] lane r = bytes 4j..4j+3 of row r's block (+128, unsigned);
+ * *D lane r = d of row r's block. Rows ≥ nr are not read (W lanes 128, D lanes 0). offsets: lane r =
+ * r × row_bytes; live: the first nr lanes. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_block_avx512(const uint8_t *blk, size_t row_bytes, int nr,
+                                                            __m512i offsets, __mmask16 live, __m512i *W,
+                                                            __m512 *D) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32((int)row_bytes));
-    const __mmask16 live = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    for (int b = 0; b < 8; b++) {
-        const uint8_t *blk = row0 + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES;
-        /* Z[r] = row r's 8 dwords | row r + 8's 8 dwords */
-        __m512i Z[8];
-        for (int r = 0; r < 8; r++) {
-            __m256i a = r < nr ? _mm256_loadu_si256((const __m256i *)(blk + (size_t)r * row_bytes + 2))
+    /* Z[r] = row r's 8 dwords | row r + 8's 8 dwords */
+    __m512i Z[8];
+    for (int r = 0; r < 8; r++) {
+        __m256i a = r < nr ? _mm256_loadu_si256((const __m256i *)(blk + (size_t)r * row_bytes + 2))
+                           : _mm256_setzero_si256();
+        __m256i c = r + 8 < nr ? _mm256_loadu_si256((const __m256i *)(blk + (size_t)(r + 8) * row_bytes + 2))
                                : _mm256_setzero_si256();
-            __m256i c = r + 8 < nr ? _mm256_loadu_si256((const __m256i *)(blk + (size_t)(r + 8) * row_bytes + 2))
-                                   : _mm256_setzero_si256();
-            Z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
-        }
-        /* 4×4 dword transposes per 128-bit lane: B[j] (j < 4) holds dword j (lanes 0, 2) and j + 4 (lanes
-         * 1, 3) of rows 0–3 | 8–11, B[j + 4] the same of rows 4–7 | 12–15 */
-        __m512i A[8], B[8];
-        for (int m = 0; m < 4; m++) {
-            A[2 * m] = _mm512_unpacklo_epi32(Z[2 * m], Z[2 * m + 1]);
-            A[2 * m + 1] = _mm512_unpackhi_epi32(Z[2 * m], Z[2 * m + 1]);
-        }
-        for (int h = 0; h < 2; h++) {
-            B[4 * h + 0] = _mm512_unpacklo_epi64(A[4 * h + 0], A[4 * h + 2]);
-            B[4 * h + 1] = _mm512_unpackhi_epi64(A[4 * h + 0], A[4 * h + 2]);
-            B[4 * h + 2] = _mm512_unpacklo_epi64(A[4 * h + 1], A[4 * h + 3]);
-            B[4 * h + 3] = _mm512_unpackhi_epi64(A[4 * h + 1], A[4 * h + 3]);
-        }
-        for (int j = 0; j < 4; j++) {
-            W[8 * b + j] = _mm512_xor_si512(_mm512_permutex2var_epi64(B[j], lo, B[j + 4]), flip);
-            W[8 * b + j + 4] = _mm512_xor_si512(_mm512_permutex2var_epi64(B[j], hi, B[j + 4]), flip);
-        }
-        /* d sits in the low half of the dword at each row's block start */
-        __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, offsets, blk, 1);
-        D[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+        Z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    }
+    /* 4×4 dword transposes per 128-bit lane: B[j] (j < 4) holds dword j (lanes 0, 2) and j + 4 (lanes
+     * 1, 3) of rows 0–3 | 8–11, B[j + 4] the same of rows 4–7 | 12–15 */
+    __m512i A[8], B[8];
+    for (int m = 0; m < 4; m++) {
+        A[2 * m] = _mm512_unpacklo_epi32(Z[2 * m], Z[2 * m + 1]);
+        A[2 * m + 1] = _mm512_unpackhi_epi32(Z[2 * m], Z[2 * m + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        B[4 * h + 0] = _mm512_unpacklo_epi64(A[4 * h + 0], A[4 * h + 2]);
+        B[4 * h + 1] = _mm512_unpackhi_epi64(A[4 * h + 0], A[4 * h + 2]);
+        B[4 * h + 2] = _mm512_unpacklo_epi64(A[4 * h + 1], A[4 * h + 3]);
+        B[4 * h + 3] = _mm512_unpackhi_epi64(A[4 * h + 1], A[4 * h + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        W[j] = _mm512_xor_si512(_mm512_permutex2var_epi64(B[j], lo, B[j + 4]), flip);
+        W[j + 4] = _mm512_xor_si512(_mm512_permutex2var_epi64(B[j], hi, B[j + 4]), flip);
+    }
+    /* d sits in the low half of the dword at each row's block start */
+    __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, offsets, blk, 1);
+    *D = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+}
+
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q8_0_row_offsets(size_t row_bytes) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)row_bytes));
+}
+
+/* Group g of a 16-row panel (row0 = its first row): W[8b + j], D[b] as hymt_q8_0_block_avx512. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_panel_avx512(const uint8_t *row0, size_t row_bytes, int nr,
+                                                            int64_t g, __m512i *W, __m512 *D) {
+    const __m512i offsets = hymt_q8_0_row_offsets(row_bytes);
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    for (int b = 0; b < 8; b++)
+        hymt_q8_0_block_avx512(row0 + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, row_bytes, nr, offsets, live, W + 8 * b,
+                               D + b);
+}
+
+/* Prefetch group g + HYMT_Q8_0_PREFETCH_GROUPS of rows [r, r + span) (or, past the last group, of the
+ * next span's rows, up to r1): the weight stream runs 16–32 rows side by side, more streams than the
+ * hardware prefetchers follow. */
+HYMT_INLINE void hymt_q8_0_prefetch(const uint8_t *w, size_t row_bytes, int64_t r, int64_t span, int64_t r1,
+                                    int64_t g, int64_t groups) {
+    int64_t pg = g + HYMT_Q8_0_PREFETCH_GROUPS, pr = r;
+    if (pg >= groups) pg -= groups, pr += span;
+    int64_t end = pr + span < r1 ? pr + span : r1;
+    for (int64_t q = pr; q < end; q++) {
+        const char *p = (const char *)(w + (size_t)q * row_bytes + (size_t)pg * 8 * HYMT_Q8_0_BYTES);
+        for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
     }
 }
 
@@ -201,6 +230,70 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const __m512i *W, cons
     }
 }
 
+/* Small batches (TT ≤ HYMT_Q8_0_SMALL tokens): each block of a 16-row panel is transposed in registers
+ * and used at once by every token, with no scratch round trip; the float steps are the tile's. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, size_t row_bytes, int64_t r0,
+                                                            int64_t r1, const uint8_t *act, size_t act_stride,
+                                                            int64_t groups, float *y, int64_t y_stride,
+                                                            const int TT) {
+    const __m512i offsets = hymt_q8_0_row_offsets(row_bytes);
+    for (int64_t r = r0; r < r1; r += 16) {
+        int nr = r1 - r >= 16 ? 16 : (int)(r1 - r);
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        __m512 total[HYMT_Q8_0_SMALL];
+#pragma GCC unroll 8
+        for (int k = 0; k < TT; k++) total[k] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < groups; g++) {
+            hymt_q8_0_prefetch(w, row_bytes, r, 16, r1, g, groups);
+            __m512 gacc[HYMT_Q8_0_SMALL];
+#pragma GCC unroll 8
+            for (int k = 0; k < TT; k++) gacc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+            for (int b = 0; b < 8; b++) {
+                __m512i W[8];
+                __m512 D;
+                hymt_q8_0_block_avx512(w + (size_t)r * row_bytes + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, row_bytes,
+                                       nr, offsets, live, W, &D);
+#pragma GCC unroll 8
+                for (int k = 0; k < TT; k++) {
+                    const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
+                    __m512i acc = _mm512_set1_epi32(a->bias[b]);
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) {
+                        int32_t q;
+                        memcpy(&q, a->qs + 32 * b + 4 * j, 4);
+                        acc = _mm512_dpbusd_epi32(acc, W[j], _mm512_set1_epi32(q));
+                    }
+                    gacc[k] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(acc), gacc[k]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < TT; k++) {
+                const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
+                total[k] = _mm512_fmadd_ps(_mm512_set1_ps(a->s), gacc[k], total[k]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < TT; k++) _mm512_mask_storeu_ps(y + k * y_stride + r, live, total[k]);
+    }
+}
+
+typedef void (*hymt_q8_0_small_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                   size_t act_stride, int64_t groups, float *y, int64_t y_stride);
+#define HYMT_Q8_0_SMALL_FN(TT)                                                                                 \
+    HYMT_TARGET_AVX512 static void hymt_q8_0_small_avx512_##TT(const uint8_t *w, size_t row_bytes, int64_t r0,   \
+                                                               int64_t r1, const uint8_t *act, size_t act_stride, \
+                                                               int64_t groups, float *y, int64_t y_stride) {      \
+        hymt_q8_0_small_avx512(w, row_bytes, r0, r1, act, act_stride, groups, y, y_stride, TT);                \
+    }
+HYMT_Q8_0_SMALL_FN(1)
+HYMT_Q8_0_SMALL_FN(2)
+HYMT_Q8_0_SMALL_FN(3)
+HYMT_Q8_0_SMALL_FN(4)
+#undef HYMT_Q8_0_SMALL_FN
+static const hymt_q8_0_small_fn hymt_q8_0_smalls_avx512[HYMT_Q8_0_SMALL] = {
+    hymt_q8_0_small_avx512_1, hymt_q8_0_small_avx512_2, hymt_q8_0_small_avx512_3, hymt_q8_0_small_avx512_4};
+
 typedef void (*hymt_q8_0_tile_fn)(const __m512i *W, const __m512 *D, const hymt_q8_0_act *const *a, float *total);
 #define HYMT_Q8_0_TILE(RV, TT)                                                                                 \
     HYMT_TARGET_AVX512 static void hymt_q8_0_tile_avx512_##RV##x##TT(const __m512i *W, const __m512 *D,        \
@@ -211,15 +304,21 @@ HYMT_Q8_0_TILE(1, 1)
 HYMT_Q8_0_TILE(1, 2)
 HYMT_Q8_0_TILE(1, 3)
 HYMT_Q8_0_TILE(1, 4)
+HYMT_Q8_0_TILE(1, 5)
+HYMT_Q8_0_TILE(1, 6)
 HYMT_Q8_0_TILE(2, 1)
 HYMT_Q8_0_TILE(2, 2)
 HYMT_Q8_0_TILE(2, 3)
 HYMT_Q8_0_TILE(2, 4)
+HYMT_Q8_0_TILE(2, 5)
+HYMT_Q8_0_TILE(2, 6)
 #undef HYMT_Q8_0_TILE
 /* [row vectors − 1][tokens − 1] */
 static const hymt_q8_0_tile_fn hymt_q8_0_tiles_avx512[2][HYMT_Q8_0_TILE_TOKENS] = {
-    {hymt_q8_0_tile_avx512_1x1, hymt_q8_0_tile_avx512_1x2, hymt_q8_0_tile_avx512_1x3, hymt_q8_0_tile_avx512_1x4},
-    {hymt_q8_0_tile_avx512_2x1, hymt_q8_0_tile_avx512_2x2, hymt_q8_0_tile_avx512_2x3, hymt_q8_0_tile_avx512_2x4},
+    {hymt_q8_0_tile_avx512_1x1, hymt_q8_0_tile_avx512_1x2, hymt_q8_0_tile_avx512_1x3, hymt_q8_0_tile_avx512_1x4,
+     hymt_q8_0_tile_avx512_1x5, hymt_q8_0_tile_avx512_1x6},
+    {hymt_q8_0_tile_avx512_2x1, hymt_q8_0_tile_avx512_2x2, hymt_q8_0_tile_avx512_2x3, hymt_q8_0_tile_avx512_2x4,
+     hymt_q8_0_tile_avx512_2x5, hymt_q8_0_tile_avx512_2x6},
 };
 
 HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -230,6 +329,10 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
         return;
     }
     int64_t groups = cols / 256;
+    if (n <= HYMT_Q8_0_SMALL) {
+        hymt_q8_0_smalls_avx512[n - 1](w, row_bytes, r0, r1, act, act_stride, groups, y, y_stride);
+        return;
+    }
     __m512i W[2 * 64];                                              /* [row vector][8 blocks × 8 dwords] */
     __m512 D[2 * 8];                                                /* [row vector][block] */
     float total[HYMT_Q8_0_SPAN_TOKENS * 2 * 16] __attribute__((aligned(64))); /* [token][row vector][16] */
@@ -242,6 +345,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
             int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
             memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
             for (int64_t g = 0; g < groups; g++) {
+                hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
                 for (int i = 0; i < rv; i++)
                     hymt_q8_0_panel_avx512(w + (size_t)(r + 16 * i) * row_bytes, row_bytes, nr[i], g, W + 64 * i,
                                            D + 8 * i);
