@@ -16,13 +16,15 @@
  * float work is one conversion and one fma per 32 weights plus one fma per 256, and the rounding is
  * at most 8 terms deep inside a group and cols/256 deep across groups.
  *
- * AVX-512 (the same kernel for every n): rows are taken in panels of 16 or 32. Per group, each 16-row
+ * AVX-512: rows are taken in panels of 16 or 32. Per group, each 16-row
  * panel is transposed once into 64 vectors W[b][j] with lane r = bytes 4j..4j+3 of row r's block b
  * (+128, unsigned for vpdpbusd), and its block scales into D[b] (lane r = d of row r's block b). Then
  * for tiles of tokens, vpdpbusd(W[b][j], broadcast activation dword 8b + j) accumulates 16 rows' block
- * sums at once, starting from −128·Σ_{32} q_a (the +128 cancelled exactly), several tokens × 1–2 row
- * vectors in registers; the float steps above run once per block on 16 rows. The same code at n = 1 is
- * the GEMV: the transpose costs shuffles, not memory traffic, and the weight stream stays the bottleneck.
+ * sums at once, starting from −128·Σ_{32} q_a (the +128 cancelled exactly), 6 tokens × 1–2 row vectors
+ * in registers; the float steps above run once per block on 16 rows. Up to 4 tokens (the GEMV and small
+ * decode batches) skip the scratch: each block is transposed in registers and used at once. The
+ * transpose costs shuffles, not memory traffic, so the weight stream stays the GEMV's bottleneck; the
+ * 16–32 rows read side by side are prefetched in software.
  * Float path: decode 8 blocks (256 floats) at a time and sum the chunk dots. */
 #ifndef HYMT_FMT_Q8_0_H
 #define HYMT_FMT_Q8_0_H
