@@ -347,7 +347,6 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
             int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
             memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
             for (int64_t g = 0; g < groups; g++) {
-                hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
                 for (int i = 0; i < rv; i++)
                     hymt_q8_0_panel_avx512(w + (size_t)(r + 16 * i) * row_bytes, row_bytes, nr[i], g, W + 64 * i,
                                            D + 8 * i);
