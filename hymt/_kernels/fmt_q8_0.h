@@ -353,10 +353,13 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
                                            D + 8 * i);
                 for (int k = 0; k < nt; k++)
                     a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;
-                int k = 0;
-                for (; k + HYMT_Q8_0_TILE_TOKENS <= nt; k += HYMT_Q8_0_TILE_TOKENS)
-                    hymt_q8_0_tiles_avx512[rv - 1][HYMT_Q8_0_TILE_TOKENS - 1](W, D, a + k, total + 16 * rv * k);
-                if (k < nt) hymt_q8_0_tiles_avx512[rv - 1][nt - k - 1](W, D, a + k, total + 16 * rv * k);
+                /* the span's tokens in tiles of near-equal size (8 = 4 + 4, not 6 + 2) */
+                int tiles = (nt + HYMT_Q8_0_TILE_TOKENS - 1) / HYMT_Q8_0_TILE_TOKENS;
+                for (int i = 0, k = 0; i < tiles; i++) {
+                    int tt = (nt - k) / (tiles - i);
+                    hymt_q8_0_tiles_avx512[rv - 1][tt - 1](W, D, a + k, total + 16 * rv * k);
+                    k += tt;
+                }
             }
             for (int k = 0; k < nt; k++)
                 for (int i = 0; i < rv; i++)
