@@ -324,6 +324,9 @@ static const hymt_q8_0_tile_fn hymt_q8_0_tiles_avx512[2][HYMT_Q8_0_TILE_TOKENS] 
      hymt_q8_0_tile_avx512_2x5, hymt_q8_0_tile_avx512_2x6},
 };
 
+/* Rows in panels of 32 (16 for a last odd panel); tokens in spans of HYMT_Q8_0_SPAN_TOKENS whose group
+ * totals sit in a stack scratch. Per (panel, span, group): the panel's group is transposed once into W/D
+ * (L1-resident, 8 KiB + 1 KiB) and run against every token of the span in near-equal register tiles. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
