@@ -405,6 +405,44 @@ def test_q8_0_rows_that_are_not_whole_groups_use_the_float_path() -> None:
     assert np.all(np.abs(got - ref) <= 1e-3 + 1e-4 * np.abs(ref))
 
 
+def q8_0_int8_sequence(weight: SimpleNamespace, x: np.ndarray) -> np.ndarray:
+    """The float sequence documented in fmt_q8_0.h, in numpy: per (row, token), over 256-groups g,
+    gacc = fma(d_b, f32(isum_b), gacc) for its 8 blocks in order, then total = fma(s_g, gacc, total). fma is
+    emulated in float64 (the product is exact there) with one rounding to float32."""
+    cols, rows = weight.dimensions
+    blocks = weight.data.reshape(rows, cols // 32, 34)
+    d = blocks[:, :, :2].copy().view(np.float16)[:, :, 0].astype(np.float64)  # [rows, blocks]
+    qw = blocks[:, :, 2:].view(np.int8).astype(np.int64)  # [rows, blocks, 32]
+    groups = x.astype(np.float32).reshape(x.shape[0], -1, 256)
+    amax = np.abs(groups).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    qa = np.clip(np.rint(groups * inverse), -127, 127).astype(np.int64)
+    qa = qa.reshape(x.shape[0], -1, 32)  # [n, blocks, 32]
+    s = np.where(amax > 0, amax / np.float32(127), np.float32(0)).astype(np.float32)
+    s = s[:, :, 0].astype(np.float64)  # [n, groups]
+    isum = np.einsum("rbi,tbi->trb", qw, qa).astype(np.float64)  # [n, rows, blocks], exact
+    total = np.zeros((x.shape[0], rows), np.float32)
+    for g in range(cols // 256):
+        gacc = np.zeros_like(total)
+        for b in range(8 * g, 8 * g + 8):
+            gacc = (d[None, :, b] * isum[:, :, b] + gacc.astype(np.float64)).astype(np.float32)
+        total = (s[:, g, None] * gacc.astype(np.float64) + total.astype(np.float64)).astype(np.float32)
+    return total
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 70])
+def test_q8_0_int8_path_is_the_documented_float_sequence(n: int) -> None:
+    """Every family gives exactly the documented sequence: 37 rows (a 32-row panel and a partial one),
+    three 256-groups, token counts on both sides of the small-batch path and of a 64-token span."""
+    rng = np.random.default_rng(31 + n)
+    w = make_weight("Q8_0", 37, 768, rng)
+    x = (rng.standard_normal((n, 768)) * rng.uniform(0.1, 3.0, (n, 1))).astype(np.float32)
+    expected = q8_0_int8_sequence(w, x)
+    for isa in ISAS:
+        assert np.array_equal(matmul_isa(isa, w, x), expected), isa
+
+
 def test_out_argument_and_dtype_coercion() -> None:
     rng = np.random.default_rng(29)
     w = make_weight("Q8_0", 8, 256, rng)
