@@ -313,6 +313,83 @@ static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb
 }
 #endif
 
+/* ---- Row-lane layout (Q4_K) ----------------------------------------------------------------------
+ * Kernels that keep one int32 lane per OUTPUT ROW: a tile of 16 rows is decoded once per block into
+ * 64 vectors v[kd] (lane r = the 4 codes of row r at inputs 4kd..4kd+3), and each token's activation
+ * dword kd is broadcast against them (vpdpbusd / pmaddubsw / sdot by lane). The per-sub-block scales
+ * are then applied in exact integer arithmetic per row lane, and only a couple of float operations per
+ * (row, token, block) remain. The activations stay in natural order. */
+
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 320 bytes. */
+typedef struct {
+    int8_t qs[256];     /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
+    int16_t bsum32[8];  /* Σ q[32j .. 32j+32); dword i = (bsum32[2i], bsum32[2i+1]) as an int16 pair */
+    int16_t bsum16[16]; /* Σ q[16j .. 16j+16) */
+    float d;            /* activation scale s of the group */
+    uint8_t pad[12];
+} hymt_k8;
+
+static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
+
+/* Quantization by hymt_quantize_group_q8g (its ISA variants are bit-identical), then the sums. */
+static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
+    hymt_k8 *a = (hymt_k8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++) {
+        hymt_q8g g;
+        hymt_quantize_group_q8g(x + 256 * b, &g);
+        memcpy(a[b].qs, g.qs, 256);
+        for (int j = 0; j < 16; j++) a[b].bsum16[j] = g.bsums[j];
+        for (int j = 0; j < 8; j++) a[b].bsum32[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
+        a[b].d = g.d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+
+HYMT_INLINE int32_t hymt_k8_dword(const hymt_k8 *a, int kd) {
+    int32_t v;
+    memcpy(&v, a->qs + 4 * kd, 4);
+    return v;
+}
+
+HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
+    int32_t v;
+    memcpy(&v, a->bsum32 + 2 * i, 4);
+    return v;
+}
+
+/* Tokens per call of the row-lane kernels' inner tile, and per pass over the weights (a pass keeps one
+ * float accumulator vector per token on the stack; more tokens take more passes). */
+#define HYMT_K_TT 8
+#define HYMT_K_PASS 64
+
+#if defined(HYMT_X86)
+/* 16×16 dword transpose: out[k] lane r = in[r] lane k. Unpacks within 128-bit lanes, then a 4×4
+ * transpose of 128-bit lanes (64 shuffles). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose16(const __m512i in[16], __m512i out[16]) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    /* b[4i + m], 128-bit lane L: rows 4i..4i+3 of dword 4L + m */
+    for (int i = 0; i < 4; i++) {
+        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x44), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xEE);
+        __m512i e2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x44);
+        __m512i e3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xEE);
+        out[m] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+        out[4 + m] = _mm512_shuffle_i32x4(e0, e2, 0xDD);
+        out[8 + m] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+        out[12 + m] = _mm512_shuffle_i32x4(e1, e3, 0xDD);
+    }
+}
+#endif
+
 /* cols is a multiple of 256 (whole Q4_K / Q6_K blocks). */
 #if defined(HYMT_X86)
 /* The same values as hymt_quantize_group_q8g: max|x| is exact in any order, inverse and scale are
