@@ -107,7 +107,7 @@ static void hymt_gemm_q4_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
                         int32_t isum = 0;
                         for (int i = 32 * j; i < 32 * j + 32; i++) isum += (int32_t)codes[i] * g->qs[i];
                         A += (int32_t)sm[j] * isum;
-                        B += (int32_t)sm[8 + j] * g->bsum32[j];
+                        B += (int32_t)sm[8 + j] * g->bsum[j];
                     }
                     float v = fmaf(-dmin, (float)B, d * (float)A);
                     acc[t] = fmaf(g->d, v, acc[t]);
@@ -123,6 +123,7 @@ static void hymt_gemm_q4_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 typedef struct {
     uint8_t v[64][64];  /* v[kd][4r + e] = code of row r at input 4kd + e (0..15) */
     int32_t sc[8][16];  /* sc[j][r] = sc(j) of row r: the int16 pair (sc, 0) */
+    int32_t sc8[4][16]; /* sc8[i][r] = 8·sc(2i) | 8·sc(2i+1) << 16 of row r: an int16 pair */
     int32_t mn[4][16];  /* mn[i][r] = m(2i) | m(2i+1) << 16 of row r: an int16 pair */
     float d[16];        /* d of row r */
     float ndmin[16];    /* −dmin of row r */
@@ -140,7 +141,10 @@ static void hymt_q4_k_tile_decode(const uint8_t *blk0, size_t row_bytes, int row
         tl->ndmin[r] = -hymt_fp16_to_f32(hymt_load_u16(p + 2));
         hymt_q4_k_scale_min(p + 4, sm);
         for (int j = 0; j < 8; j++) tl->sc[j][r] = sm[j];
-        for (int i = 0; i < 4; i++) tl->mn[i][r] = (int32_t)sm[8 + 2 * i] | ((int32_t)sm[9 + 2 * i] << 16);
+        for (int i = 0; i < 4; i++) {
+            tl->sc8[i][r] = 8 * ((int32_t)sm[2 * i] | ((int32_t)sm[2 * i + 1] << 16));
+            tl->mn[i][r] = (int32_t)sm[8 + 2 * i] | ((int32_t)sm[9 + 2 * i] << 16);
+        }
         /* byte l of 32-byte group g: low nibble = input 64g + l, high nibble = input 64g + 32 + l */
         for (int g = 0; g < 4; g++)
             for (int k = 0; k < 8; k++) {
@@ -186,10 +190,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
     const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
     const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
+    __m512i sc[8];
     for (int j = 0; j < 4; j++) {
-        _mm512_store_si512((void *)tl->sc[j], _mm512_and_si512(_mm512_srli_epi32(sc03, 8 * j), ff));
-        _mm512_store_si512((void *)tl->sc[4 + j], _mm512_and_si512(_mm512_srli_epi32(sc47, 8 * j), ff));
+        sc[j] = _mm512_and_si512(_mm512_srli_epi32(sc03, 8 * j), ff);
+        sc[4 + j] = _mm512_and_si512(_mm512_srli_epi32(sc47, 8 * j), ff);
     }
+    for (int j = 0; j < 8; j++) _mm512_store_si512((void *)tl->sc[j], sc[j]);
+    for (int i = 0; i < 4; i++)
+        _mm512_store_si512((void *)tl->sc8[i], _mm512_slli_epi32(_mm512_or_si512(sc[2 * i], _mm512_slli_epi32(sc[2 * i + 1], 16)), 3));
     _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
                                                            _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
     _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
@@ -204,88 +212,120 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
                                                                     _mm512_set1_epi32((int)0x80000000u))));
 }
 
-/* T tokens (activations of block b at a0, a0 + act_stride, ...) × the 16 rows of a decoded tile: the
- * block's step of the definition, acc[t] lane r += .... Per 16-weight chunk a vpdpbusd chain of 4 (each
- * |sum| <= 16·15·127 = 30480 fits int16, so vpdpwssd with the pair (sc, 0) multiplies it by sc exactly). */
+/* T tokens (activations of block b at a0, a0 + act_stride, ...) × the 16 rows of a decoded tile: one block
+ * step of the definition for each (row lane, token). A per sub-block: a vpdpbusd chain over its 8 code
+ * dwords that starts at −8·bsum_j ends at Σ (q4 − 8)·q, whose magnitude <= 32·8·127 = 32512 fits int16,
+ * so vpdpwssd with the pair (sc, 0) multiplies it by sc exactly; the 8·sc·bsum_j put back and B are
+ * pair products (8·sc(2i), 8·sc(2i+1)) · (bsum_2i, bsum_2i+1) and (m(2i), m(2i+1)) · (the same pair). */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_dots_avx512(const hymt_q4_k_tile *tl, const uint8_t *a0,
-                                                          size_t act_stride, __m512 *acc, const int T) {
+                                                          size_t act_stride, __m512 *acc, const int R, const int T) {
     const hymt_k8 *g[HYMT_K_TT];
-    __m512i A[HYMT_K_TT];
+    __m512i A[2][HYMT_K_TT], B[2][HYMT_K_TT];
     for (int t = 0; t < T; t++) {
         g[t] = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
-        A[t] = _mm512_setzero_si512();
+        for (int i = 0; i < R; i++) A[i][t] = B[i][t] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 8 /* a rolled loop rotates the accumulators through register copies */
     for (int j = 0; j < 8; j++) {
-        const __m512i sc = _mm512_load_si512((const void *)tl->sc[j]);
-        for (int c = 0; c < 2; c++) {
-            __m512i ch[HYMT_K_TT];
-            for (int t = 0; t < T; t++) ch[t] = _mm512_setzero_si512();
-            for (int e = 0; e < 4; e++) {
-                const int kd = 8 * j + 4 * c + e;
-                const __m512i wv = _mm512_load_si512((const void *)tl->v[kd]);
-                for (int t = 0; t < T; t++)
-                    ch[t] = _mm512_dpbusd_epi32(ch[t], wv, _mm512_set1_epi32(hymt_k8_dword(g[t], kd)));
+        __m512i ch[2][HYMT_K_TT];
+        for (int t = 0; t < T; t++) {
+            __m512i start = _mm512_set1_epi32(g[t]->nb8[j]);
+            for (int i = 0; i < R; i++) ch[i][t] = start;
+        }
+        for (int e = 0; e < 8; e++) {
+            const int kd = 8 * j + e;
+            __m512i wv[2];
+            for (int i = 0; i < R; i++) wv[i] = _mm512_load_si512((const void *)tl[i].v[kd]);
+            for (int t = 0; t < T; t++) {
+                const __m512i a = _mm512_set1_epi32(hymt_k8_dword(g[t], kd));
+                for (int i = 0; i < R; i++) ch[i][t] = _mm512_dpbusd_epi32(ch[i][t], wv[i], a);
             }
-            for (int t = 0; t < T; t++) A[t] = _mm512_dpwssd_epi32(A[t], ch[t], sc);
+        }
+        for (int i = 0; i < R; i++) {
+            const __m512i sc = _mm512_load_si512((const void *)tl[i].sc[j]);
+            for (int t = 0; t < T; t++) A[i][t] = _mm512_dpwssd_epi32(A[i][t], ch[i][t], sc);
         }
     }
-    const __m512 d = _mm512_load_ps(tl->d), ndmin = _mm512_load_ps(tl->ndmin);
-    for (int t = 0; t < T; t++) {
-        __m512i B = _mm512_setzero_si512();
-        for (int i = 0; i < 4; i++)
-            B = _mm512_dpwssd_epi32(B, _mm512_load_si512((const void *)tl->mn[i]),
-                                    _mm512_set1_epi32(hymt_k8_bsum_pair(g[t], i)));
-        __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B), _mm512_mul_ps(d, _mm512_cvtepi32_ps(A[t])));
-        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(g[t]->d), v, acc[t]);
+    for (int k = 0; k < 4; k++)
+        for (int t = 0; t < T; t++) {
+            const __m512i pair = _mm512_set1_epi32(hymt_k8_bsum_pair(g[t], k));
+            for (int i = 0; i < R; i++) {
+                A[i][t] = _mm512_dpwssd_epi32(A[i][t], _mm512_load_si512((const void *)tl[i].sc8[k]), pair);
+                B[i][t] = _mm512_dpwssd_epi32(B[i][t], _mm512_load_si512((const void *)tl[i].mn[k]), pair);
+            }
+        }
+    for (int i = 0; i < R; i++) {
+        const __m512 d = _mm512_load_ps(tl[i].d), ndmin = _mm512_load_ps(tl[i].ndmin);
+        for (int t = 0; t < T; t++) {
+            __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B[i][t]), _mm512_mul_ps(d, _mm512_cvtepi32_ps(A[i][t])));
+            acc[2 * t + i] = _mm512_fmadd_ps(_mm512_set1_ps(g[t]->d), v, acc[2 * t + i]);
+        }
     }
 }
 
+/* [R − 1][T − 1]: R tiles of 16 rows × T tokens. R = 2 reuses each broadcast activation dword for two
+ * vpdpbusd (loads are the other scarce resource); its accumulators fill the registers at T = 4. */
 typedef void (*hymt_q4_k_dots_fn)(const hymt_q4_k_tile *tl, const uint8_t *a0, size_t act_stride, __m512 *acc);
-#define HYMT_Q4_K_DOTS(T)                                                                                  \
-    HYMT_TARGET_AVX512 static void hymt_q4_k_dots_##T(const hymt_q4_k_tile *tl, const uint8_t *a0,        \
-                                                      size_t act_stride, __m512 *acc) {                    \
-        hymt_q4_k_dots_avx512(tl, a0, act_stride, acc, T);                                                 \
+#define HYMT_Q4_K_DOTS(R, T)                                                                                \
+    HYMT_TARGET_AVX512 static void hymt_q4_k_dots_##R##x##T(const hymt_q4_k_tile *tl, const uint8_t *a0,   \
+                                                            size_t act_stride, __m512 *acc) {               \
+        hymt_q4_k_dots_avx512(tl, a0, act_stride, acc, R, T);                                               \
     }
-HYMT_Q4_K_DOTS(1)
-HYMT_Q4_K_DOTS(2)
-HYMT_Q4_K_DOTS(3)
-HYMT_Q4_K_DOTS(4)
-HYMT_Q4_K_DOTS(5)
-HYMT_Q4_K_DOTS(6)
-HYMT_Q4_K_DOTS(7)
-HYMT_Q4_K_DOTS(8)
+HYMT_Q4_K_DOTS(1, 1)
+HYMT_Q4_K_DOTS(1, 2)
+HYMT_Q4_K_DOTS(1, 3)
+HYMT_Q4_K_DOTS(1, 4)
+HYMT_Q4_K_DOTS(1, 5)
+HYMT_Q4_K_DOTS(1, 6)
+HYMT_Q4_K_DOTS(1, 7)
+HYMT_Q4_K_DOTS(1, 8)
+HYMT_Q4_K_DOTS(2, 1)
+HYMT_Q4_K_DOTS(2, 2)
+HYMT_Q4_K_DOTS(2, 3)
+HYMT_Q4_K_DOTS(2, 4)
 #undef HYMT_Q4_K_DOTS
-static const hymt_q4_k_dots_fn hymt_q4_k_dots[HYMT_K_TT] = {hymt_q4_k_dots_1, hymt_q4_k_dots_2, hymt_q4_k_dots_3,
-                                                            hymt_q4_k_dots_4, hymt_q4_k_dots_5, hymt_q4_k_dots_6,
-                                                            hymt_q4_k_dots_7, hymt_q4_k_dots_8};
+#define HYMT_Q4_K_R2_TT 4
+static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
+    {hymt_q4_k_dots_1x1, hymt_q4_k_dots_1x2, hymt_q4_k_dots_1x3, hymt_q4_k_dots_1x4, hymt_q4_k_dots_1x5,
+     hymt_q4_k_dots_1x6, hymt_q4_k_dots_1x7, hymt_q4_k_dots_1x8},
+    {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
+};
 
-/* Tiles of 16 rows; per block the tile is decoded once into L1 and every token of the pass runs over it.
- * While a tile is read, the next one (contiguous: 16 consecutive rows) is prefetched linearly into L2. */
+/* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
+ * once into L1 and every token of the pass runs over them. While a tile is read, the next one
+ * (contiguous: consecutive rows) is prefetched linearly into L2. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    hymt_q4_k_tile tl __attribute__((aligned(64)));
-    __m512 acc[HYMT_K_PASS]; /* [token of the pass] lane r = row r of the tile */
-    const size_t ahead = 16 * (size_t)HYMT_Q4_K_BYTES; /* next tile's bytes per block step */
+    hymt_q4_k_tile tl[2] __attribute__((aligned(64)));
+    __m512 acc[2 * HYMT_K_PASS]; /* [token of the pass][tile] lane r = row r of the tile */
     for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
         const int np = n - t0 < HYMT_K_PASS ? (int)(n - t0) : HYMT_K_PASS;
-        for (int64_t r = r0; r < r1; r += 16) {
-            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+        for (int64_t r = r0; r < r1; r += 32) {
+            const int rows = r1 - r < 32 ? (int)(r1 - r) : 32, R = rows > 16 ? 2 : 1;
+            const int tt = R == 2 ? HYMT_Q4_K_R2_TT : HYMT_K_TT;
             const uint8_t *base = w + (size_t)r * row_bytes;
-            for (int t = 0; t < np; t++) acc[t] = _mm512_setzero_ps();
+            const size_t ahead = (size_t)rows * HYMT_Q4_K_BYTES; /* next tile's bytes per block step */
+            for (int t = 0; t < 2 * np; t++) acc[t] = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *next = base + 16 * row_bytes + (size_t)b * ahead;
+                const uint8_t *next = base + (size_t)rows * row_bytes + (size_t)b * ahead;
                 for (size_t k = 0; k < ahead; k += 64) __builtin_prefetch(next + k, 0, 2);
-                hymt_q4_k_tile_avx512(base + b * HYMT_Q4_K_BYTES, row_bytes, rows, &tl);
+                for (int i = 0; i < R; i++)
+                    hymt_q4_k_tile_avx512(base + (size_t)(16 * i) * row_bytes + b * HYMT_Q4_K_BYTES, row_bytes,
+                                          i == 0 ? (rows < 16 ? rows : 16) : rows - 16, &tl[i]);
                 const uint8_t *a0 = act + (size_t)t0 * act_stride + (size_t)b * sizeof(hymt_k8);
-                for (int t = 0; t < np; t += HYMT_K_TT) {
-                    const int T = np - t < HYMT_K_TT ? np - t : HYMT_K_TT;
-                    hymt_q4_k_dots[T - 1](&tl, a0 + (size_t)t * act_stride, act_stride, acc + t);
+                for (int t = 0; t < np; t += tt) {
+                    const int T = np - t < tt ? np - t : tt;
+                    hymt_q4_k_dots[R - 1][T - 1](tl, a0 + (size_t)t * act_stride, act_stride, acc + 2 * t);
                 }
             }
-            const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, acc[t]);
+            for (int i = 0; i < R; i++) {
+                const int ri = i == 0 ? (rows < 16 ? rows : 16) : rows - 16;
+                const __mmask16 keep = (__mmask16)((1u << ri) - 1);
+                for (int t = 0; t < np; t++)
+                    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r + 16 * i, keep, acc[2 * t + i]);
+            }
         }
     }
 }
@@ -377,8 +417,8 @@ HYMT_TARGET_DOTPROD static void hymt_gemm_q4_k_dotprod(const uint8_t *w, size_t 
                         }
                         for (int i = 0; i < 4; i++) {
                             const int32x4_t m = vld1q_s32(tl.mn[i] + 4 * q);
-                            B = vmlaq_n_s32(B, vandq_s32(m, vdupq_n_s32(0xffff)), g->bsum32[2 * i]);
-                            B = vmlaq_n_s32(B, vshrq_n_s32(m, 16), g->bsum32[2 * i + 1]);
+                            B = vmlaq_n_s32(B, vandq_s32(m, vdupq_n_s32(0xffff)), g->bsum[2 * i]);
+                            B = vmlaq_n_s32(B, vshrq_n_s32(m, 16), g->bsum[2 * i + 1]);
                         }
                         float32x4_t v = vfmaq_f32(vmulq_f32(vld1q_f32(tl.d + 4 * q), vcvtq_f32_s32(A)),
                                                   vld1q_f32(tl.ndmin + 4 * q), vcvtq_f32_s32(B));

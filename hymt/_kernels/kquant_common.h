@@ -322,10 +322,10 @@ static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb
 
 /* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 320 bytes. */
 typedef struct {
-    int8_t qs[256];     /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
-    int16_t bsum32[8];  /* Σ q[32j .. 32j+32); dword i = (bsum32[2i], bsum32[2i+1]) as an int16 pair */
-    int16_t bsum16[16]; /* Σ q[16j .. 16j+16) */
-    float d;            /* activation scale s of the group */
+    int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
+    int32_t nb8[8];    /* −8 · bsum_j: a chain start that centres 4-bit codes (see fmt_q4_k.h) */
+    int16_t bsum[8];   /* bsum_j = Σ q[32j .. 32j+32); dword i = (bsum[2i], bsum[2i+1]) as an int16 pair */
+    float d;           /* activation scale s of the group */
     uint8_t pad[12];
 } hymt_k8;
 
@@ -338,8 +338,10 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
         hymt_q8g g;
         hymt_quantize_group_q8g(x + 256 * b, &g);
         memcpy(a[b].qs, g.qs, 256);
-        for (int j = 0; j < 16; j++) a[b].bsum16[j] = g.bsums[j];
-        for (int j = 0; j < 8; j++) a[b].bsum32[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
+        for (int j = 0; j < 8; j++) {
+            a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
+            a[b].nb8[j] = -8 * a[b].bsum[j];
+        }
         a[b].d = g.d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -353,7 +355,7 @@ HYMT_INLINE int32_t hymt_k8_dword(const hymt_k8 *a, int kd) {
 
 HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
     int32_t v;
-    memcpy(&v, a->bsum32 + 2 * i, 4);
+    memcpy(&v, a->bsum + 2 * i, 4);
     return v;
 }
 
