@@ -291,6 +291,82 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
+/* Few tokens (n <= HYMT_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
+ * 64k .. 64k+63 in natural order (a 32-byte group's low nibbles, then its high nibbles); lane L of a
+ * vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 2k + L/8, vpdpwssd by that sub-block's
+ * (sc, 0) scales it, and a horizontal sum gives A. */
+HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                     const uint8_t *act, size_t act_stride, int n, int64_t nb,
+                                                     float *y, int64_t y_stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i sub[4]; /* lane L of vector k: sub-block 2k + L/8 */
+    for (int k = 0; k < 4; k++)
+        sub[k] = _mm512_add_epi32(_mm512_set1_epi32(2 * k),
+                                  _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3));
+    /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
+     * hymt_kq_hsum16; bs[t][k] its B; d and −dmin per block */
+    __m512i av[HYMT_K_GEMV_MAX][16];
+    int32_t bs[HYMT_K_GEMV_MAX][16], as[16];
+    float dd[16], nm[16];
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        float acc[HYMT_K_GEMV_MAX] = {0.0f};
+        for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+            const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
+            for (int kb = 0; kb < kn; kb++) {
+                const int64_t b = b0 + kb;
+                const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m512i wv[4], sc[4];
+                for (int k = 0; k < 4; k++)
+                    wv[k] = _mm512_and_si512(
+                        _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * k))),
+                                          shift),
+                        m4);
+                /* hymt_q4_k_scale_min on 32-bit words, kept in registers */
+                uint32_t a, bw, c;
+                memcpy(&a, blk + 4, 4);
+                memcpy(&bw, blk + 8, 4);
+                memcpy(&c, blk + 12, 4);
+                const uint64_t scs = (a & 0x3f3f3f3fu) |
+                                     (uint64_t)((c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)) << 32;
+                const uint64_t mns = (bw & 0x3f3f3f3fu) |
+                                     (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | (((bw >> 6) & 0x03030303u) << 4)) << 32;
+                const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs));
+                for (int k = 0; k < 4; k++) sc[k] = _mm512_permutexvar_epi32(sub[k], sc32);
+                const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
+                dd[kb] = _cvtsh_ss(hymt_load_u16(blk));
+                nm[kb] = -_cvtsh_ss(hymt_load_u16(blk + 2));
+                for (int t = 0; t < n; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b;
+                    __m512i p[4];
+                    for (int k = 0; k < 4; k++)
+                        p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k],
+                                                   _mm512_load_si512((const void *)(g->qs + 64 * k)));
+                    av[t][kb] = _mm512_add_epi32(_mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]),
+                                                 _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]));
+                    __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
+                    bs[t][kb] = _mm_cvtsi128_si32(bm);
+                }
+            }
+            for (int t = 0; t < n; t++) {
+                _mm512_storeu_si512((void *)as, hymt_kq_hsum16(av[t]));
+                for (int kb = 0; kb < kn; kb++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0 + kb;
+                    const float v = fmaf(nm[kb], (float)bs[t][kb], dd[kb] * (float)as[kb]);
+                    acc[t] = fmaf(g->d, v, acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
+    }
+}
+
 /* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
  * once into L1 and every token of the pass runs over them. While a tile is read, the next one
  * (contiguous: consecutive rows) is prefetched linearly into L2. */
@@ -298,6 +374,10 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
+    if (n <= HYMT_K_GEMV_MAX) {
+        hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, (int)n, nb, y, y_stride);
+        return;
+    }
     hymt_q4_k_tile tl[2] __attribute__((aligned(64)));
     __m512 acc[2 * HYMT_K_PASS]; /* [token of the pass][tile] lane r = row r of the tile */
     for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
