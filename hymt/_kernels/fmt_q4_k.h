@@ -41,6 +41,16 @@ static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
     }
 }
 
+/* The same 16 bytes with 32-bit word operations, kept in registers: byte j of *sc = sc(j), of *mn = m(j). */
+HYMT_INLINE void hymt_q4_k_scale_min_u64(const uint8_t *S, uint64_t *sc, uint64_t *mn) {
+    uint32_t a, b, c;
+    memcpy(&a, S, 4);
+    memcpy(&b, S + 4, 4);
+    memcpy(&c, S + 8, 4);
+    *sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)) << 32;
+    *mn = (b & 0x3f3f3f3fu) | (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4)) << 32;
+}
+
 /* Codes (0..15) of one block in natural weight order. */
 static inline void hymt_q4_k_codes(const uint8_t *blk, uint8_t codes[256]) {
     for (int g = 0; g < 4; g++)
@@ -326,15 +336,8 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                         _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * k))),
                                           shift),
                         m4);
-                /* hymt_q4_k_scale_min on 32-bit words, kept in registers */
-                uint32_t a, bw, c;
-                memcpy(&a, blk + 4, 4);
-                memcpy(&bw, blk + 8, 4);
-                memcpy(&c, blk + 12, 4);
-                const uint64_t scs = (a & 0x3f3f3f3fu) |
-                                     (uint64_t)((c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)) << 32;
-                const uint64_t mns = (bw & 0x3f3f3f3fu) |
-                                     (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | (((bw >> 6) & 0x03030303u) << 4)) << 32;
+                uint64_t scs, mns;
+                hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
                 const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs));
                 for (int k = 0; k < 4; k++) sc[k] = _mm512_permutexvar_epi32(sub[k], sc32);
                 const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
@@ -410,51 +413,50 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
     }
 }
 
-/* AVX2: the portable tile decode, 8 row lanes per ymm. pmaddubsw sums code·q pairs (<= 2·15·127) and
- * four of them per chunk stay within int16 (<= 15240), so pmaddwd by (sc, sc) gives sc × chunk sum. */
+/* AVX2: one row at a time (one sequential stream), tokens in tiles of HYMT_KQ_SCALAR_TILE sharing each
+ * unpacked block. Vector j holds sub-block j's 32 codes in natural order (a 32-byte group's low or high
+ * nibbles); pmaddubsw pairs (<= 2·15·127) times (sc, sc) by pmaddwd give sc × 4-input sums in int32. */
 HYMT_TARGET_AVX2 static void hymt_gemm_q4_k_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                  float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    hymt_q4_k_tile tl __attribute__((aligned(64)));
-    float acc[HYMT_K_PASS][16] __attribute__((aligned(32))); /* [token of the pass][row of the tile] */
-    for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
-        const int np = n - t0 < HYMT_K_PASS ? (int)(n - t0) : HYMT_K_PASS;
-        for (int64_t r = r0; r < r1; r += 16) {
-            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-            memset(acc, 0, sizeof acc);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    float acc[HYMT_KQ_SCALAR_TILE]; /* [token of the tile] */
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_SCALAR_TILE) {
+            const int tt = n - t0 < HYMT_KQ_SCALAR_TILE ? (int)(n - t0) : HYMT_KQ_SCALAR_TILE;
+            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                hymt_q4_k_tile_decode(w + (size_t)r * row_bytes + b * HYMT_Q4_K_BYTES, row_bytes, rows, &tl);
-                for (int h = 0; h < 2; h++) {
-                    __m256i sc2[8], mn[4];
-                    for (int j = 0; j < 8; j++) {
-                        __m256i s = _mm256_load_si256((const __m256i *)(tl.sc[j] + 8 * h));
-                        sc2[j] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
-                    }
-                    for (int i = 0; i < 4; i++) mn[i] = _mm256_load_si256((const __m256i *)(tl.mn[i] + 8 * h));
-                    const __m256 d = _mm256_load_ps(tl.d + 8 * h), ndmin = _mm256_load_ps(tl.ndmin + 8 * h);
-                    for (int t = 0; t < np; t++) {
-                        const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
-                        __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
-                        for (int j = 0; j < 8; j++)
-                            for (int c = 0; c < 2; c++) {
-                                __m256i p = _mm256_setzero_si256();
-                                for (int e = 0; e < 4; e++) {
-                                    const int kd = 8 * j + 4 * c + e;
-                                    __m256i wv = _mm256_load_si256((const __m256i *)(tl.v[kd] + 32 * h));
-                                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(hymt_k8_dword(g, kd))));
-                                }
-                                A = _mm256_add_epi32(A, _mm256_madd_epi16(p, sc2[j]));
-                            }
-                        for (int i = 0; i < 4; i++)
-                            B = _mm256_add_epi32(B, _mm256_madd_epi16(mn[i], _mm256_set1_epi32(hymt_k8_bsum_pair(g, i))));
-                        __m256 v = _mm256_fmadd_ps(ndmin, _mm256_cvtepi32_ps(B), _mm256_mul_ps(d, _mm256_cvtepi32_ps(A)));
-                        _mm256_store_ps(acc[t] + 8 * h,
-                                        _mm256_fmadd_ps(_mm256_set1_ps(g->d), v, _mm256_load_ps(acc[t] + 8 * h)));
-                    }
+                const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m256i wv[8], sc[8];
+                for (int g = 0; g < 4; g++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
+                    wv[2 * g] = _mm256_and_si256(q, m4);
+                    wv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                }
+                uint64_t scs, mns;
+                hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
+                for (int j = 0; j < 8; j++) sc[j] = _mm256_set1_epi16((short)((scs >> (8 * j)) & 0xff));
+                const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
+                const float d = _cvtsh_ss(hymt_load_u16(blk)), dmin = _cvtsh_ss(hymt_load_u16(blk + 2));
+                for (int t = 0; t < tt; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                    __m256i Av = _mm256_setzero_si256();
+                    for (int j = 0; j < 8; j++)
+                        Av = _mm256_add_epi32(
+                            Av, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], _mm256_load_si256((const __m256i *)(g->qs + 32 * j))),
+                                                  sc[j]));
+                    __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
+                    const int32_t A = hymt_kq_hsum8(Av), B = _mm_cvtsi128_si32(bm);
+                    const float v = fmaf(-dmin, (float)B, d * (float)A);
+                    acc[t] = fmaf(g->d, v, acc[t]);
                 }
             }
-            for (int t = 0; t < np; t++) memcpy(y + (t0 + t) * y_stride + r, acc[t], sizeof(float) * rows);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }

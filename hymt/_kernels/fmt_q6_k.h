@@ -332,52 +332,51 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
     }
 }
 
-/* AVX2: the portable tile decode, 8 row lanes per ymm. Two pmaddubsw per int16 lane sum 4 code·q products
- * (<= 4·63·127 = 32004), so pmaddwd by (sc, sc) gives sc × the 8-input sum; the −32 offset is added per
- * chunk as sc × (−32·Σq) with an exact int32 multiply. */
+/* AVX2: one row at a time (one sequential stream), tokens in tiles of HYMT_KQ_SCALAR_TILE sharing each
+ * unpacked block. Vector i holds the codes of inputs 32i .. 32i+31 in natural order (chunks 2i, 2i+1);
+ * each pmaddubsw word (<= 2·63·127) plus −32·Σ of its two inputs (hymt_k8.nq2) is Σ (q6 − 32)·q over 2
+ * inputs, and pmaddwd by (sc, sc) of the lane's chunk gives sc × 4-input sums in int32. */
 HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                  float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    hymt_q6_k_tile tl __attribute__((aligned(64)));
-    float acc[HYMT_K_PASS][16] __attribute__((aligned(32))); /* [token of the pass][row of the tile] */
-    for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
-        const int np = n - t0 < HYMT_K_PASS ? (int)(n - t0) : HYMT_K_PASS;
-        for (int64_t r = r0; r < r1; r += 16) {
-            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-            memset(acc, 0, sizeof acc);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    float acc[HYMT_KQ_SCALAR_TILE]; /* [token of the tile] */
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_SCALAR_TILE) {
+            const int tt = n - t0 < HYMT_KQ_SCALAR_TILE ? (int)(n - t0) : HYMT_KQ_SCALAR_TILE;
+            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                hymt_q6_k_tile_decode(w + (size_t)r * row_bytes + b * HYMT_Q6_K_BYTES, row_bytes, rows, &tl);
-                for (int h = 0; h < 2; h++) {
-                    __m256i sc[16], sc2[16];
-                    for (int j = 0; j < 16; j++) {
-                        /* the int16 sc sign-extended to int32, and the pair (sc, sc) */
-                        __m256i s = _mm256_load_si256((const __m256i *)(tl.sc[j] + 8 * h));
-                        sc[j] = _mm256_srai_epi32(_mm256_slli_epi32(s, 16), 16);
-                        sc2[j] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+                const uint8_t *blk = row + b * HYMT_Q6_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m256i wv[8], sc[8];
+                for (int c = 0; c < 2; c++) {
+                    __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * c));      /* planes 0 | 2 */
+                    __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32)); /* planes 1 | 3 */
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+                    wv[4 * c + 0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                    wv[4 * c + 1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                    wv[4 * c + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+                    wv[4 * c + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+                }
+                const int8_t *s8 = (const int8_t *)(blk + 192);
+                for (int i = 0; i < 8; i++)
+                    sc[i] = _mm256_set_m128i(_mm_set1_epi16(s8[2 * i + 1]), _mm_set1_epi16(s8[2 * i]));
+                const float d = _cvtsh_ss(hymt_load_u16(blk + 208));
+                for (int t = 0; t < tt; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                    __m256i Av = _mm256_setzero_si256();
+                    for (int i = 0; i < 8; i++) {
+                        __m256i p = _mm256_maddubs_epi16(wv[i], _mm256_load_si256((const __m256i *)(g->qs + 32 * i)));
+                        p = _mm256_add_epi16(p, _mm256_load_si256((const __m256i *)(g->nq2 + 16 * i)));
+                        Av = _mm256_add_epi32(Av, _mm256_madd_epi16(p, sc[i]));
                     }
-                    const __m256 d = _mm256_load_ps(tl.d + 8 * h);
-                    for (int t = 0; t < np; t++) {
-                        const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
-                        __m256i A = _mm256_setzero_si256();
-                        for (int j = 0; j < 16; j++) {
-                            for (int k = 2 * j; k < 2 * j + 2; k++) {
-                                __m256i p = _mm256_setzero_si256();
-                                for (int kd = 2 * k; kd < 2 * k + 2; kd++) {
-                                    __m256i wv = _mm256_load_si256((const __m256i *)(tl.v[kd] + 32 * h));
-                                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(hymt_k8_dword(g, kd))));
-                                }
-                                A = _mm256_add_epi32(A, _mm256_madd_epi16(p, sc2[j]));
-                            }
-                            A = _mm256_add_epi32(A, _mm256_mullo_epi32(sc[j], _mm256_set1_epi32(g->nb32[2 * j] + g->nb32[2 * j + 1])));
-                        }
-                        __m256 ds = _mm256_mul_ps(d, _mm256_set1_ps(g->d));
-                        _mm256_store_ps(acc[t] + 8 * h,
-                                        _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(A), _mm256_load_ps(acc[t] + 8 * h)));
-                    }
+                    acc[t] = fmaf(d * g->d, (float)hymt_kq_hsum8(Av), acc[t]);
                 }
             }
-            for (int t = 0; t < np; t++) memcpy(y + (t0 + t) * y_stride + r, acc[t], sizeof(float) * rows);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }

@@ -46,18 +46,19 @@ HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
  * are then applied in exact integer arithmetic per row lane, and only a couple of float operations per
  * (row, token, block) remain. The activations stay in natural order. */
 
-/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 704 bytes (a multiple of
- * 64: an array of groups keeps qs and nq4 64-byte aligned). */
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 960 bytes (a multiple of
+ * 64: an array of groups keeps qs, nq4 and nq2 64-byte aligned). */
 typedef struct {
     int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
     int32_t nq4[64];   /* −32 · Σ q[4l .. 4l+4): Q6_K GEMV chain starts, one per dword lane */
+    int16_t nq2[128];  /* −32 · (q[2k] + q[2k+1]): the Q6_K offset per pmaddubsw word (AVX2) */
     int32_t nb32[32];  /* −32 · Σ q[8s .. 8s+8): chain starts that centre the Q6_K codes (fmt_q6_k.h) */
     int32_t nb8[8];    /* −8 · bsum_j: chain starts that centre the Q4_K codes (fmt_q4_k.h) */
     int16_t bsum[8];   /* bsum_j = Σ q[32j .. 32j+32); dword i = (bsum[2i], bsum[2i+1]) as an int16 pair */
     float d;           /* activation scale s of the group */
     uint8_t pad[12];
 } hymt_k8;
-_Static_assert(sizeof(hymt_k8) == 704, "hymt_k8 keeps its members 64-byte aligned");
+_Static_assert(sizeof(hymt_k8) == 960, "hymt_k8 keeps its members 64-byte aligned");
 
 static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
 
@@ -74,6 +75,7 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
         }
         for (int l = 0; l < 64; l++) a[b].nq4[l] = -32 * (g.qs[4 * l] + g.qs[4 * l + 1] + g.qs[4 * l + 2] + g.qs[4 * l + 3]);
         for (int k = 0; k < 32; k++) a[b].nb32[k] = a[b].nq4[2 * k] + a[b].nq4[2 * k + 1];
+        for (int k = 0; k < 128; k++) a[b].nq2[k] = (int16_t)(-32 * (g.qs[2 * k] + g.qs[2 * k + 1]));
         a[b].d = g.d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -112,6 +114,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_kq_hsum16(const __m512i v[16]) {
         c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0x44),
                                 _mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0xEE));
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xDD));
+}
+#endif
+
+#if defined(HYMT_X86)
+/* Σ of the 8 int32 lanes (exact). */
+HYMT_TARGET_AVX2 HYMT_INLINE int32_t hymt_kq_hsum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
 }
 #endif
 
