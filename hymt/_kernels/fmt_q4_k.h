@@ -27,6 +27,8 @@
 #include "kquant_common.h"
 
 #define HYMT_Q4_K_BYTES 144
+/* Row-at-a-time AVX-512 path up to this many tokens (measured: from 3 tokens the row tiles are faster) */
+#define HYMT_Q4_K_GEMV_MAX 2
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
 static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
@@ -301,7 +303,7 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* Few tokens (n <= HYMT_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
+/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
  * 64k .. 64k+63 in natural order (a 32-byte group's low nibbles, then its high nibbles); lane L of a
  * vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 2k + L/8, vpdpwssd by that sub-block's
  * (sc, 0) scales it, and a horizontal sum gives A. */
@@ -316,14 +318,14 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                                   _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3));
     /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
      * hymt_kq_hsum16; bs[t][k] its B; d and −dmin per block */
-    __m512i av[HYMT_K_GEMV_MAX][16];
-    int32_t bs[HYMT_K_GEMV_MAX][16], as[16];
+    __m512i av[HYMT_Q4_K_GEMV_MAX][16];
+    int32_t bs[HYMT_Q4_K_GEMV_MAX][16], as[16];
     float dd[16], nm[16];
     for (int t = 0; t < n; t++)
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
-        float acc[HYMT_K_GEMV_MAX] = {0.0f};
+        float acc[HYMT_Q4_K_GEMV_MAX] = {0.0f};
         for (int64_t b0 = 0; b0 < nb; b0 += 16) {
             const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
             for (int kb = 0; kb < kn; kb++) {
@@ -377,7 +379,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n <= HYMT_K_GEMV_MAX) {
+    if (n <= HYMT_Q4_K_GEMV_MAX) {
         hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, (int)n, nb, y, y_stride);
         return;
     }

@@ -25,6 +25,9 @@
 #include "kquant_common.h"
 
 #define HYMT_Q6_K_BYTES 210
+/* Row-at-a-time AVX-512 path up to this many tokens (measured: the Q6_K tile decode is dearer, so the
+ * row tiles only pay off from 5 tokens) */
+#define HYMT_Q6_K_GEMV_MAX 4
 
 /* Codes q (0..63) of one block in natural weight order. */
 static inline void hymt_q6_k_codes(const uint8_t *blk, uint8_t codes[256]) {
@@ -227,7 +230,7 @@ static const hymt_q6_k_dots_fn hymt_q6_k_dots[2][HYMT_K_TT] = {
     {hymt_q6_k_dots_2x1, hymt_q6_k_dots_2x2, hymt_q6_k_dots_2x3, hymt_q6_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* Few tokens (n <= HYMT_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
+/* Few tokens (n <= HYMT_Q6_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
  * 64k .. 64k+63 in natural order; lane L of a vpdpbusd started at −32·Σq of its 4 inputs ends at their
  * Σ (q6 − 32)·q (<= 4·32·127, int16-sized), vpdpwssd by (sc, 0) of chunk 4k + L/4 scales it, and a
  * horizontal sum gives A. */
@@ -244,14 +247,14 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_gemv_avx512(const uint8_t *w, size_t ro
                                     _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
     /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
      * hymt_kq_hsum16; d per block */
-    __m512i av[HYMT_K_GEMV_MAX][16];
+    __m512i av[HYMT_Q6_K_GEMV_MAX][16];
     int32_t as[16];
     float dd[16];
     for (int t = 0; t < n; t++)
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
-        float acc[HYMT_K_GEMV_MAX] = {0.0f};
+        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f};
         for (int64_t b0 = 0; b0 < nb; b0 += 16) {
             const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
             for (int kb = 0; kb < kn; kb++) {
@@ -296,7 +299,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n <= HYMT_K_GEMV_MAX) {
+    if (n <= HYMT_Q6_K_GEMV_MAX) {
         hymt_q6_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, (int)n, nb, y, y_stride);
         return;
     }

@@ -6,7 +6,7 @@
  * sub-scales are applied in exact integer arithmetic and only one or two float operations remain per
  * (row, token, block), sequential over the blocks. That lets the SIMD kernels choose the lane layout
  * freely, because integer sums are exact in any order:
- *   - few tokens (n <= HYMT_K_GEMV_MAX, AVX-512): one row at a time, one sequential stream, 4 inputs per
+ *   - few tokens (AVX-512, n <= 2 for Q4_K, <= 4 for Q6_K): one row at a time, one sequential stream, 4 inputs per
  *     int32 lane, the per-block integers gathered by a 16-vector horizontal-sum tree (hymt_kq_hsum16);
  *   - otherwise (and on AVX2 and NEON for every n): one lane per OUTPUT ROW: a tile of 16 rows is decoded
  *     once per block (hymt_kq_transpose16 turns 16 rows of code dwords into 16 vectors, lane = row) and
@@ -93,11 +93,11 @@ HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
     return v;
 }
 
-/* Up to this many tokens the AVX-512 kernels read the weights one row at a time (one sequential stream,
- * at memory speed) and compute each block's exact integers with one lane per 4 inputs and a horizontal
- * integer sum; above it they decode 16-row tiles (row lanes), which costs more per weight byte but far
- * less per token. The integers are exact and the float steps identical, so both give the same bits. */
-#define HYMT_K_GEMV_MAX 2
+/* Up to a format's threshold (HYMT_Q4_K_GEMV_MAX, HYMT_Q6_K_GEMV_MAX) the AVX-512 kernels read the weights
+ * one row at a time (one sequential stream, at memory speed) and compute each block's exact integers with
+ * one lane per 4 inputs and a horizontal integer sum; above it they decode 16-row tiles (row lanes), which
+ * costs more per weight byte but far less per token. The integers are exact and the float steps
+ * identical, so both give the same bits. */
 
 #if defined(HYMT_X86)
 /* Horizontal sums of 16 int32 vectors at once: lane i of the result = Σ of the lanes of v[i] (exact; a
