@@ -303,24 +303,24 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time. Vector k of a block holds the codes of inputs
- * 64k .. 64k+63 in natural order (a 32-byte group's low nibbles, then its high nibbles); lane L of a
- * vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 2k + L/8, vpdpwssd by that sub-block's
- * (sc, 0) scales it, and a horizontal sum gives A. */
+/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time. Vector 2h + e of a block holds the low (e = 0)
+ * or high (e = 1) nibbles of code bytes 64h .. 64h+63, against hymt_k8.qs4 (the activations in that
+ * order); lane L of a vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 4h + 2(L/8) + e,
+ * vpdpwssd by that sub-block's (sc, 0) scales it, and a horizontal sum gives A. */
 HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int n, int64_t nb,
                                                      float *y, int64_t y_stride) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m512i sub[4]; /* lane L of vector k: sub-block 2k + L/8 */
+    __m512i sub[4]; /* lane L of vector k = 2h + e: sub-block 4h + 2(L/8) + e */
     for (int k = 0; k < 4; k++)
-        sub[k] = _mm512_add_epi32(_mm512_set1_epi32(2 * k),
-                                  _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3));
+        sub[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * (k / 2) + k % 2),
+                                  _mm512_slli_epi32(_mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                                                        11, 12, 13, 14, 15), 3), 1));
     /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
-     * hymt_kq_hsum16; bs[t][k] its B; d and −dmin per block */
+     * hymt_kq_hsum16; bs[t][k] its B; d, −dmin and v per block (lanes past the group's end are unused) */
     __m512i av[HYMT_Q4_K_GEMV_MAX][16];
-    int32_t bs[HYMT_Q4_K_GEMV_MAX][16], as[16];
-    float dd[16], nm[16];
+    int32_t bs[HYMT_Q4_K_GEMV_MAX][16];
+    float dd[16], nm[16], vs[16];
     for (int t = 0; t < n; t++)
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
     for (int64_t r = r0; r < r1; r++) {
@@ -333,11 +333,11 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                 const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
                 hymt_kq_prefetch(blk);
                 __m512i wv[4], sc[4];
-                for (int k = 0; k < 4; k++)
-                    wv[k] = _mm512_and_si512(
-                        _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * k))),
-                                          shift),
-                        m4);
+                for (int h = 0; h < 2; h++) {
+                    const __m512i z = _mm512_loadu_si512((const void *)(blk + 16 + 64 * h));
+                    wv[2 * h] = _mm512_and_si512(z, m4);
+                    wv[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                }
                 uint64_t scs, mns;
                 hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
                 const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs));
@@ -350,7 +350,7 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                     __m512i p[4];
                     for (int k = 0; k < 4; k++)
                         p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k],
-                                                   _mm512_load_si512((const void *)(g->qs + 64 * k)));
+                                                   _mm512_load_si512((const void *)(g->qs4 + 64 * k)));
                     av[t][kb] = _mm512_add_epi32(_mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]),
                                                  _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]));
                     __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
@@ -359,13 +359,15 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                     bs[t][kb] = _mm_cvtsi128_si32(bm);
                 }
             }
+            /* v of the group's blocks with one lane per block (the same float operations per lane), then
+             * the sequential accumulation */
+            const __m512 ddv = _mm512_loadu_ps(dd), nmv = _mm512_loadu_ps(nm);
             for (int t = 0; t < n; t++) {
-                _mm512_storeu_si512((void *)as, hymt_kq_hsum16(av[t]));
-                for (int kb = 0; kb < kn; kb++) {
-                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0 + kb;
-                    const float v = fmaf(nm[kb], (float)bs[t][kb], dd[kb] * (float)as[kb]);
-                    acc[t] = fmaf(g->d, v, acc[t]);
-                }
+                const __m512 A = _mm512_cvtepi32_ps(hymt_kq_hsum16(av[t]));
+                const __m512 B = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)bs[t]));
+                _mm512_storeu_ps(vs, _mm512_fmadd_ps(nmv, B, _mm512_mul_ps(ddv, A)));
+                const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0;
+                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(g[kb].d, vs[kb], acc[t]);
             }
         }
         for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];

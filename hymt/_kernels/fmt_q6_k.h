@@ -248,8 +248,7 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_gemv_avx512(const uint8_t *w, size_t ro
     /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
      * hymt_kq_hsum16; d per block */
     __m512i av[HYMT_Q6_K_GEMV_MAX][16];
-    int32_t as[16];
-    float dd[16];
+    float as[16], dd[16];
     for (int t = 0; t < n; t++)
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
     for (int64_t r = r0; r < r1; r++) {
@@ -283,11 +282,10 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_gemv_avx512(const uint8_t *w, size_t ro
                 }
             }
             for (int t = 0; t < n; t++) {
-                _mm512_storeu_si512((void *)as, hymt_kq_hsum16(av[t]));
-                for (int kb = 0; kb < kn; kb++) {
-                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0 + kb;
-                    acc[t] = fmaf(dd[kb] * g->d, (float)as[kb], acc[t]);
-                }
+                /* f32(A) of the group's blocks with one lane per block, then the sequential accumulation */
+                _mm512_storeu_ps(as, _mm512_cvtepi32_ps(hymt_kq_hsum16(av[t])));
+                const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0;
+                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, as[kb], acc[t]);
             }
         }
         for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];

@@ -46,10 +46,12 @@ HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
  * are then applied in exact integer arithmetic per row lane, and only a couple of float operations per
  * (row, token, block) remain. The activations stay in natural order. */
 
-/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 960 bytes (a multiple of
- * 64: an array of groups keeps qs, nq4 and nq2 64-byte aligned). */
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 1216 bytes (a multiple of
+ * 64: an array of groups keeps qs, qs4, nq4 and nq2 64-byte aligned). */
 typedef struct {
     int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
+    int8_t qs4[256];   /* the order of Q4_K's nibbles in 64-byte loads (fmt_q4_k.h): qs4[64(2h + e) + 32u + i] =
+                          q[128h + 64u + 32e + i] for h, e, u in {0, 1}, i < 32 */
     int32_t nq4[64];   /* −32 · Σ q[4l .. 4l+4): Q6_K GEMV chain starts, one per dword lane */
     int16_t nq2[128];  /* −32 · (q[2k] + q[2k+1]): the Q6_K offset per pmaddubsw word (AVX2) */
     int32_t nb32[32];  /* −32 · Σ q[8s .. 8s+8): chain starts that centre the Q6_K codes (fmt_q6_k.h) */
@@ -58,7 +60,7 @@ typedef struct {
     float d;           /* activation scale s of the group */
     uint8_t pad[12];
 } hymt_k8;
-_Static_assert(sizeof(hymt_k8) == 960, "hymt_k8 keeps its members 64-byte aligned");
+_Static_assert(sizeof(hymt_k8) == 1216, "hymt_k8 keeps its members 64-byte aligned");
 
 static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
 
@@ -69,6 +71,10 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
         hymt_q8g g;
         hymt_quantize_group_q8g(x + 256 * b, &g);
         memcpy(a[b].qs, g.qs, 256);
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++)
+                for (int u = 0; u < 2; u++)
+                    memcpy(a[b].qs4 + 64 * (2 * h + e) + 32 * u, g.qs + 128 * h + 64 * u + 32 * e, 32);
         for (int j = 0; j < 8; j++) {
             a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
             a[b].nb8[j] = -8 * a[b].bsum[j];
