@@ -209,7 +209,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
     }
     for (int j = 0; j < 8; j++) _mm512_store_si512((void *)tl->sc[j], sc[j]);
     for (int i = 0; i < 4; i++)
-        _mm512_store_si512((void *)tl->sc8[i], _mm512_slli_epi32(_mm512_or_si512(sc[2 * i], _mm512_slli_epi32(sc[2 * i + 1], 16)), 3));
+        _mm512_store_si512((void *)tl->sc8[i],
+                           _mm512_slli_epi32(_mm512_or_si512(sc[2 * i], _mm512_slli_epi32(sc[2 * i + 1], 16)), 3));
     _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
                                                            _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
     _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
@@ -269,7 +270,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_dots_avx512(const hymt_q4_k_tile *
     for (int i = 0; i < R; i++) {
         const __m512 d = _mm512_load_ps(tl[i].d), ndmin = _mm512_load_ps(tl[i].ndmin);
         for (int t = 0; t < T; t++) {
-            __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B[i][t]), _mm512_mul_ps(d, _mm512_cvtepi32_ps(A[i][t])));
+            const __m512 da = _mm512_mul_ps(d, _mm512_cvtepi32_ps(A[i][t]));
+            const __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B[i][t]), da);
             acc[2 * t + i] = _mm512_fmadd_ps(_mm512_set1_ps(g[t]->d), v, acc[2 * t + i]);
         }
     }
@@ -351,8 +353,10 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t ro
                     for (int k = 0; k < 4; k++)
                         p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k],
                                                    _mm512_load_si512((const void *)(g->qs4 + 64 * k)));
-                    av[t][kb] = _mm512_add_epi32(_mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]),
-                                                 _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]));
+                    /* two chains of two: the sum does not depend on the grouping (exact) */
+                    const __m512i s01 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]);
+                    const __m512i s23 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]);
+                    av[t][kb] = _mm512_add_epi32(s01, s23);
                     __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
                     bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
                     bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
@@ -448,10 +452,10 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q4_k_avx2(const uint8_t *w, size_t row_by
                 for (int t = 0; t < tt; t++) {
                     const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
                     __m256i Av = _mm256_setzero_si256();
-                    for (int j = 0; j < 8; j++)
-                        Av = _mm256_add_epi32(
-                            Av, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], _mm256_load_si256((const __m256i *)(g->qs + 32 * j))),
-                                                  sc[j]));
+                    for (int j = 0; j < 8; j++) {
+                        const __m256i q = _mm256_load_si256((const __m256i *)(g->qs + 32 * j));
+                        Av = _mm256_add_epi32(Av, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], q), sc[j]));
+                    }
                     __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
                     bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
                     bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));

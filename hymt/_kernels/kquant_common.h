@@ -1,18 +1,25 @@
-/* kquant_common.h — what the Q4_K and Q6_K kernels share: the activation layout of their int8 path and
- * the row-lane tile machinery.
+/* kquant_common.h — what the Q4_K and Q6_K kernels share and build on: two activation layouts for their
+ * int8 paths and the lane layouts that go with them.
  *
- * Both formats have 256-weight blocks (= one §3.4 activation group) with sub-block scales (Q4_K: 8 of 32
- * weights with a min; Q6_K: 16 of 16). Their int8 paths are defined (fmt_q4_k.h, fmt_q6_k.h) so that the
- * sub-scales are applied in exact integer arithmetic and only one or two float operations remain per
- * (row, token, block), sequential over the blocks. That lets the SIMD kernels choose the lane layout
- * freely, because integer sums are exact in any order:
- *   - few tokens (AVX-512, n <= 2 for Q4_K, <= 4 for Q6_K): one row at a time, one sequential stream, 4 inputs per
- *     int32 lane, the per-block integers gathered by a 16-vector horizontal-sum tree (hymt_kq_hsum16);
- *   - otherwise (and on AVX2 and NEON for every n): one lane per OUTPUT ROW: a tile of 16 rows is decoded
- *     once per block (hymt_kq_transpose16 turns 16 rows of code dwords into 16 vectors, lane = row) and
- *     every token broadcasts its activation dwords against it.
- * Each (row, token) gets the same integers and the same float operations in the same order on every
- * path, so every ISA and every n give the scalar reference's bits. */
+ * Q6_K (chunk lanes, "kq layout"): a block is sixteen 16-weight chunks with one sub-scale each; the int8
+ * GEMMs keep one float32 lane per chunk j (0..15) and need, per block, the exact integer dot of each chunk
+ * with its 16 activations. An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive
+ * bytes, so the weights are transposed once per block into four 64-byte vectors v = 0..3 with
+ *
+ *     vector v, bytes 4j..4j+3  =  chunk j, weights 4v..4v+3          (kq layout)
+ *
+ * and the activations are stored in the same order when a token is prepared (hymt_kq8). Four dot
+ * instructions on the same int32 accumulator then leave chunk j's dot in lane j — no horizontal sums per
+ * token. The float math (fmt_q6_k.h) is defined lane by lane and reduced by hymt_kq_tree16, which every
+ * ISA follows exactly.
+ *
+ * Q4_K (row lanes): its definition (fmt_q4_k.h) applies the sub-block scales and mins in exact integer
+ * arithmetic, leaving two float operations per (row, token, block), so the kernels may lay lanes out
+ * freely: row tiles (hymt_kq_transpose16: 16 rows of code dwords -> 16 vectors, lane = output row) that
+ * every token of a batch broadcasts its activation dwords against, or, for few tokens, one row at a
+ * time with a 16-vector horizontal-sum tree (hymt_kq_hsum16). Activations in natural order (hymt_k8).
+ *
+ * Integer sums are exact, so every ISA gets the same integers however it computes them. */
 #ifndef HYMT_KQUANT_COMMON_H
 #define HYMT_KQUANT_COMMON_H
 
@@ -25,6 +32,17 @@
 
 /* Token tiles of the scalar references (any size gives the same values; bounds the stack). */
 #define HYMT_KQ_SCALAR_TILE 16
+
+/* Tiles of the AVX2 and NEON kernels: RT rows × TT tokens share one pass over the weight blocks; each
+ * block is unpacked once per (row, tile) and its codes stay in registers for all TT tokens; the
+ * per-(row, token) accumulators live in a small stack array (L1). The activations of one block for
+ * the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming dominates, and
+ * one row at a time (a single sequential stream per thread) reads fastest. (The AVX-512 kernels
+ * tile differently, see hymt_kq_tile_avx512.) */
+#define HYMT_KQ_RT 8
+#define HYMT_KQ_TT 16
+
+static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
 
 /* Software prefetch along a weight row: into L1 the block HYMT_KQ_PREFETCH_L1 bytes ahead, into L2
  * the one HYMT_KQ_PREFETCH_L2 bytes ahead. With the hardware prefetchers alone a single-row GEMV
@@ -39,28 +57,398 @@ HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
     for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH_L2 + k, 0, 2);
 }
 
-/* ---- Row-lane layout -----------------------------------------------------------------------------
+/* ---- Q6_K: chunk-lane (kq) layout ----------------------------------------------------------------- */
+
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
+ * bytes: a multiple of 64, so every member stays 64-byte aligned in a 64-aligned buffer. */
+typedef struct {
+    int8_t qs[256];   /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
+    int32_t nb32[16]; /* −32 × Σ q[16j .. 16j+16)       (the Q6_K −32 code offset, exact) */
+    float d;          /* activation scale s of the group */
+    uint8_t pad[60];
+} hymt_kq8;
+
+static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_kq8); }
+
+/* The per-chunk sums and the scale, from the quantized group (the qs are already stored). */
+static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
+    for (int j = 0; j < 16; j++) {
+        a->nb32[j] = -32 * (int32_t)g->bsums[j];
+    }
+    a->d = g->d;
+    memset(a->pad, 0, sizeof a->pad);
+}
+
+static void hymt_prepare_kq8_group_scalar(const float *x, hymt_kq8 *a) {
+    hymt_q8g g;
+    hymt_quantize_group_q8g(x, &g);
+    for (int v = 0; v < 4; v++)
+        for (int j = 0; j < 16; j++)
+            for (int e = 0; e < 4; e++) a->qs[64 * v + 4 * j + e] = g.qs[16 * j + 4 * v + e];
+    hymt_kq8_sums(&g, a);
+}
+
+/* The activation of natural index i (0..255) in a kq-ordered qs. */
+HYMT_INLINE int32_t hymt_kq_act(const int8_t *qs, int i) {
+    return qs[64 * ((i >> 2) & 3) + 4 * (i >> 4) + (i & 3)];
+}
+
+/* Fixed reduction of 16 lanes: b[i] = a[i] + a[i+8]; c[i] = b[i] + b[i+4]; (c0 + c2) + (c1 + c3).
+ * The AVX-512 form is hymt_hsum512 (vec.h), the AVX2 form hymt_kq_tree16_avx2, NEON below. */
+static inline float hymt_kq_tree16(const float *a) {
+    float b[8], c[4];
+    for (int i = 0; i < 8; i++) b[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) c[i] = b[i] + b[i + 4];
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* Weight codes in natural order, 16 chunks of 16 bytes -> kq layout (scalar / test helper). */
+static inline void hymt_kq_transpose_scalar(const uint8_t *natural, uint8_t *kq) {
+    for (int v = 0; v < 4; v++)
+        for (int j = 0; j < 16; j++)
+            for (int e = 0; e < 4; e++) kq[64 * v + 4 * j + e] = natural[16 * j + 4 * v + e];
+}
+
+#if defined(HYMT_X86)
+/* kq transpose of four 64-byte vectors of codes. Dword d (0..15) of n[s] holds weights 4(d % 4)..+3
+ * of chunk cs[s][d / 4]; the permute tables below are built for the chunk lists of each format:
+ * stage 1 gathers dwords {0, 1} (lo) and {2, 3} (hi) of the 8 chunks of (n0, n1) and of (n2, n3),
+ * ordered 2·(chunk % 8) + (dword % 2); stage 2 picks out vector v lane j = chunk j, dword v. */
+typedef struct {
+    int32_t s1[4][16]; /* lo01, hi01, lo23, hi23 */
+    int32_t s2[2][16]; /* even / odd dword */
+} hymt_kq_perm;
+
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose_avx512(const __m512i s1[4], const __m512i s2[2],
+                                                             __m512i n0, __m512i n1, __m512i n2,
+                                                             __m512i n3, __m512i out[4]) {
+    __m512i lo01 = _mm512_permutex2var_epi32(n0, s1[0], n1);
+    __m512i hi01 = _mm512_permutex2var_epi32(n0, s1[1], n1);
+    __m512i lo23 = _mm512_permutex2var_epi32(n2, s1[2], n3);
+    __m512i hi23 = _mm512_permutex2var_epi32(n2, s1[3], n3);
+    out[0] = _mm512_permutex2var_epi32(lo01, s2[0], lo23);
+    out[1] = _mm512_permutex2var_epi32(lo01, s2[1], lo23);
+    out[2] = _mm512_permutex2var_epi32(hi01, s2[0], hi23);
+    out[3] = _mm512_permutex2var_epi32(hi01, s2[1], hi23);
+}
+#endif
+
+/* Stage tables for chunk lists cs[4][4] (chunks of n0..n3 in dword order; n0 ∪ n1 = chunks 0..7,
+ * n2 ∪ n3 = chunks 8..15). Built once per format at first use (pure function of constants). */
+static inline void hymt_kq_perm_build(const int cs[4][4], int32_t s1[4][16], int32_t s2[2][16]) {
+    for (int pair = 0; pair < 2; pair++)
+        for (int half = 0; half < 2; half++)
+            for (int c = 0; c < 8; c++)
+                for (int e = 0; e < 2; e++) {
+                    int chunk = 8 * pair + c, dword = 2 * half + e, src = -1;
+                    for (int s = 2 * pair; s < 2 * pair + 2; s++)
+                        for (int p = 0; p < 4; p++)
+                            if (cs[s][p] == chunk) src = 16 * (s - 2 * pair) + 4 * p + dword;
+                    s1[2 * pair + half][2 * c + e] = src;
+                }
+    for (int e = 0; e < 2; e++)
+        for (int j = 0; j < 16; j++) s2[e][j] = j < 8 ? 2 * j + e : 16 + 2 * (j - 8) + e;
+}
+
+#if defined(HYMT_X86)
+/* AVX2 form of the tree: lanes 0..7 in lo, 8..15 in hi. */
+HYMT_TARGET_AVX2 static inline float hymt_kq_tree16_avx2(__m256 lo, __m256 hi) {
+    __m256 b = _mm256_add_ps(lo, hi);
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    c = _mm_add_ss(c, _mm_movehdup_ps(c));
+    return _mm_cvtss_f32(c);
+}
+
+/* AVX2 kq transpose: natural chunk registers (two chunks per ymm, chunk pairs (0,1),(2,3),...,
+ * (14,15) in nat[0..7]) -> out[v][h], v = dword, h = lanes 8h..8h+7. */
+HYMT_TARGET_AVX2 HYMT_INLINE void hymt_kq_transpose_avx2(const __m256i nat[8], __m256i out[4][2]) {
+    for (int h = 0; h < 2; h++) {
+        const __m256i *p = nat + 4 * h; /* chunks 8h .. 8h+7 */
+        __m256i x0 = _mm256_permute2x128_si256(p[0], p[2], 0x20); /* chunks 8h+0, 8h+4 */
+        __m256i x1 = _mm256_permute2x128_si256(p[0], p[2], 0x31); /* 8h+1, 8h+5 */
+        __m256i x2 = _mm256_permute2x128_si256(p[1], p[3], 0x20); /* 8h+2, 8h+6 */
+        __m256i x3 = _mm256_permute2x128_si256(p[1], p[3], 0x31); /* 8h+3, 8h+7 */
+        __m256i t0 = _mm256_unpacklo_epi32(x0, x1), t1 = _mm256_unpackhi_epi32(x0, x1);
+        __m256i t2 = _mm256_unpacklo_epi32(x2, x3), t3 = _mm256_unpackhi_epi32(x2, x3);
+        out[0][h] = _mm256_unpacklo_epi64(t0, t2);
+        out[1][h] = _mm256_unpackhi_epi64(t0, t2);
+        out[2][h] = _mm256_unpacklo_epi64(t1, t3);
+        out[3][h] = _mm256_unpackhi_epi64(t1, t3);
+    }
+}
+#endif
+
+#if defined(HYMT_ARM64)
+/* NEON kq transpose: chunk registers c[0..15] (16 bytes each) -> out[v][k] = lanes 4k..4k+3. */
+HYMT_INLINE void hymt_kq_transpose_neon(const int8x16_t c[16], int8x16_t out[4][4]) {
+    for (int k = 0; k < 4; k++) {
+        int32x4_t a0 = vreinterpretq_s32_s8(c[4 * k]), a1 = vreinterpretq_s32_s8(c[4 * k + 1]);
+        int32x4_t a2 = vreinterpretq_s32_s8(c[4 * k + 2]), a3 = vreinterpretq_s32_s8(c[4 * k + 3]);
+        int32x4_t t0 = vtrn1q_s32(a0, a1), t1 = vtrn2q_s32(a0, a1); /* [a0.0 a1.0 a0.2 a1.2], [.1 .1 .3 .3] */
+        int32x4_t t2 = vtrn1q_s32(a2, a3), t3 = vtrn2q_s32(a2, a3);
+        int64x2_t u0 = vreinterpretq_s64_s32(t0), u1 = vreinterpretq_s64_s32(t1);
+        int64x2_t u2 = vreinterpretq_s64_s32(t2), u3 = vreinterpretq_s64_s32(t3);
+        out[0][k] = vreinterpretq_s8_s64(vtrn1q_s64(u0, u2));
+        out[1][k] = vreinterpretq_s8_s64(vtrn1q_s64(u1, u3));
+        out[2][k] = vreinterpretq_s8_s64(vtrn2q_s64(u0, u2));
+        out[3][k] = vreinterpretq_s8_s64(vtrn2q_s64(u1, u3));
+    }
+}
+
+static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x4_t f2, float32x4_t f3) {
+    float32x4_t c = vaddq_f32(vaddq_f32(f0, f2), vaddq_f32(f1, f3));
+    float32x2_t e = vadd_f32(vget_low_f32(c), vget_high_f32(c));
+    return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
+}
+#endif
+
+#if defined(HYMT_X86)
+/* Batched AVX-512 path (n >= HYMT_KQ_BATCH_MIN tokens): each row is unpacked ONCE into this form (a
+ * per-thread scratch of HYMT_KQ_PANEL rows), then register tiles of BR rows × BT tokens run over it: per
+ * block and code vector v, BR weight loads and BT activation loads feed BR·BT vpdpbusd, the int32
+ * chunk sums and the float accumulators of the whole tile stay in registers. The per-lane float
+ * math is exactly the one of the format's definition, in the same block order. */
+#define HYMT_KQ_BATCH_MIN 8
+#define HYMT_KQ_BR 3
+#define HYMT_KQ_BT 4
+#define HYMT_KQ_PANEL (4 * HYMT_KQ_BR)
+
+/* Loads are the scarce resource of the tile (about one 64-byte load per cycle here): keep a loaded
+ * vector in a register for all its uses instead of letting the compiler fold one load into each. */
+#define HYMT_KQ_IN_REGISTER(v) __asm__("" : "+v"(v))
+
+typedef struct {
+    __m512i wq[4]; /* codes, kq layout */
+    __m512 dsc;    /* d × f32(scale of lane) */
+} hymt_kq_unpacked;
+
+/* Rows [0, R) of u ([R][nb]) × tokens [0, T) from act; y points at (token 0, row 0) of the tile. Lanes
+ * start at −32·Σq (the Q6_K code offset). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act,
+                                                        size_t act_stride, float *y, int64_t y_stride, const int R,
+                                                        const int T) {
+    __m512 acc[HYMT_KQ_BR][HYMT_KQ_BT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const hymt_kq8 *g[HYMT_KQ_BT];
+        for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
+        __m512i isum[HYMT_KQ_BR][HYMT_KQ_BT];
+        for (int t = 0; t < T; t++) {
+            __m512i start = _mm512_loadu_si512((const void *)g[t]->nb32);
+            HYMT_KQ_IN_REGISTER(start);
+            for (int r = 0; r < R; r++) isum[r][t] = start;
+        }
+        for (int v = 0; v < 4; v++) {
+            __m512i wv[HYMT_KQ_BR];
+            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
+            for (int t = 0; t < T; t++) {
+                __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
+                HYMT_KQ_IN_REGISTER(a);
+                for (int r = 0; r < R; r++) isum[r][t] = _mm512_dpbusd_epi32(isum[r][t], wv[r], a);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            const __m512 s = _mm512_set1_ps(g[t]->d);
+            for (int r = 0; r < R; r++) {
+                __m512 scale = _mm512_mul_ps(u[r * nb + b].dsc, s);
+                acc[r][t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[r][t]), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * y_stride + r] = hymt_hsum512(acc[r][t]);
+}
+
+typedef void (*hymt_kq_tile_fn)(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act, size_t act_stride,
+                                float *y, int64_t y_stride);
+
+#define HYMT_KQ_TILE(R, T)                                                                                    \
+    HYMT_TARGET_AVX512 static void hymt_kq_tile_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,              \
+                                                          const uint8_t *act, size_t act_stride, float *y,    \
+                                                          int64_t y_stride) {                                 \
+        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T);                                       \
+    }
+HYMT_KQ_TILE(1, 1)
+HYMT_KQ_TILE(1, 2)
+HYMT_KQ_TILE(1, 3)
+HYMT_KQ_TILE(1, 4)
+HYMT_KQ_TILE(2, 1)
+HYMT_KQ_TILE(2, 2)
+HYMT_KQ_TILE(2, 3)
+HYMT_KQ_TILE(2, 4)
+HYMT_KQ_TILE(3, 1)
+HYMT_KQ_TILE(3, 2)
+HYMT_KQ_TILE(3, 3)
+HYMT_KQ_TILE(3, 4)
+#undef HYMT_KQ_TILE
+
+/* [R - 1][T - 1] */
+static const hymt_kq_tile_fn hymt_kq_tiles[HYMT_KQ_BR][HYMT_KQ_BT] = {
+    {hymt_kq_tile_1x1, hymt_kq_tile_1x2, hymt_kq_tile_1x3, hymt_kq_tile_1x4},
+    {hymt_kq_tile_2x1, hymt_kq_tile_2x2, hymt_kq_tile_2x3, hymt_kq_tile_2x4},
+    {hymt_kq_tile_3x1, hymt_kq_tile_3x2, hymt_kq_tile_3x3, hymt_kq_tile_3x4},
+};
+
+/* All n tokens for a panel of rows unpacked in u ([rows][nb], rows <= HYMT_KQ_PANEL); y points at
+ * (token 0, first row). Token tiles outside, row tiles inside: a tile's activations stay in L1 while
+ * every row tile of the panel uses them. */
+static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb, const uint8_t *act,
+                                 size_t act_stride, int64_t n, float *y, int64_t y_stride) {
+    for (int64_t t = 0; t < n; t += HYMT_KQ_BT) {
+        const int T = n - t < HYMT_KQ_BT ? (int)(n - t) : HYMT_KQ_BT;
+        for (int r = 0; r < rows; r += HYMT_KQ_BR) {
+            const int R = rows - r < HYMT_KQ_BR ? rows - r : HYMT_KQ_BR;
+            hymt_kq_tiles[R - 1][T - 1](u + (size_t)r * nb, nb, act + (size_t)t * act_stride, act_stride,
+                                        y + t * y_stride + r, y_stride);
+        }
+    }
+}
+#endif
+
+/* cols is a multiple of 256 (whole Q6_K blocks). */
+#if defined(HYMT_X86)
+/* The same values as hymt_quantize_group_q8g: max|x| is exact in any order, inverse and scale are
+ * the same two float32 divisions, x × inverse the same product, and vcvtps2dq rounds half to even
+ * like nearbyintf (both follow MXCSR, round-to-nearest), and the clamp comes first (it only acts
+ * when 127 / max overflows, for subnormal groups). Groups with NaN or infinity take the scalar code. */
+HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t cols, uint8_t *act) {
+    static const int chunks[4][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}};
+    int32_t t1[4][16], t2[2][16];
+    hymt_kq_perm_build(chunks, t1, t2);
+    __m512i s1[4], s2[2];
+    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
+    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++, x += 256) {
+        __m512 v[16], amax = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int k = 0; k < 16; k++) {
+            v[k] = _mm512_loadu_ps(x + 16 * k);
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(v[k]));
+            nan |= _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+        }
+        float m = _mm512_reduce_max_ps(amax);
+        if (nan || m > 3.402823466e38f) {
+            hymt_prepare_kq8_group_scalar(x, a + b);
+            continue;
+        }
+        const float inverse = m > 0.0f ? 127.0f / m : 0.0f, d = m > 0.0f ? m / 127.0f : 0.0f;
+        const __m512 inv = _mm512_set1_ps(inverse), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        __m512i nat[4]; /* chunks 4s..4s+3 */
+        for (int s = 0; s < 4; s++) {
+            __m128i c[4];
+            for (int k = 0; k < 4; k++)
+                c[k] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(
+                    _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[4 * s + k], inv), lo), hi)));
+            __m512i z = _mm512_castsi128_si512(c[0]);
+            z = _mm512_inserti32x4(z, c[1], 1);
+            z = _mm512_inserti32x4(z, c[2], 2);
+            nat[s] = _mm512_inserti32x4(z, c[3], 3);
+        }
+        __m512i qs[4];
+        hymt_kq_transpose_avx512(s1, s2, nat[0], nat[1], nat[2], nat[3], qs);
+        const __m512i ones = _mm512_set1_epi8(1);
+        __m512i bsums = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            _mm512_storeu_si512((void *)(a[b].qs + 64 * k), qs[k]);
+            bsums = _mm512_dpbusd_epi32(bsums, ones, qs[k]); /* lane j: Σ of chunk j */
+        }
+        _mm512_storeu_si512((void *)a[b].nb32, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsums, 5)));
+        a[b].d = d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+#endif
+
+#if defined(HYMT_X86)
+/* AVX2 form of hymt_prepare_kq8_avx512 (same values, same reasons). */
+HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols, uint8_t *act) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); /* undo the in-lane packs */
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++, x += 256) {
+        __m256 amax = _mm256_setzero_ps();
+        int nan = 0;
+        for (int k = 0; k < 32; k++) {
+            __m256 v = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_and_ps(v, abs_mask));
+            nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        if (nan || m > 3.402823466e38f) {
+            hymt_prepare_kq8_group_scalar(x, a + b);
+            continue;
+        }
+        const float inverse = m > 0.0f ? 127.0f / m : 0.0f, d = m > 0.0f ? m / 127.0f : 0.0f;
+        const __m256 inv = _mm256_set1_ps(inverse);
+        __m256i nat[8]; /* chunk pairs (0,1), ..., (14,15) */
+        for (int p = 0; p < 8; p++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * p + 8 * k), inv);
+                q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            nat[p] = _mm256_permutevar8x32_epi32(packed, order);
+        }
+        __m256i qs[4][2];
+        hymt_kq_transpose_avx2(nat, qs);
+        for (int h = 0; h < 2; h++) {
+            __m256i bsums = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k */
+            for (int v = 0; v < 4; v++) {
+                _mm256_storeu_si256((__m256i *)(a[b].qs + 64 * v + 32 * h), qs[v][h]);
+                bsums = _mm256_add_epi32(bsums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qs[v][h]), ones16));
+            }
+            _mm256_storeu_si256((__m256i *)(a[b].nb32 + 8 * h),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums, 5)));
+        }
+        a[b].d = d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+#endif
+
+/* One token's activations for the Q6_K int8 GEMM; every variant stores the same bytes. */
+static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
+#if defined(HYMT_X86)
+    if (hymt_active_isa == HYMT_ISA_AVX512) {
+        hymt_prepare_kq8_avx512(x, cols, act);
+        return;
+    }
+    if (hymt_active_isa == HYMT_ISA_AVX2) {
+        hymt_prepare_kq8_avx2(x, cols, act);
+        return;
+    }
+#endif
+    hymt_kq8 *a = (hymt_kq8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++) hymt_prepare_kq8_group_scalar(x + 256 * b, a + b);
+}
+
+/* ---- Q4_K: row-lane layout -----------------------------------------------------------------------
  * Kernels that keep one int32 lane per OUTPUT ROW: a tile of 16 rows is decoded once per block into
  * 64 vectors v[kd] (lane r = the 4 codes of row r at inputs 4kd..4kd+3), and each token's activation
  * dword kd is broadcast against them (vpdpbusd / pmaddubsw / sdot by lane). The per-sub-block scales
  * are then applied in exact integer arithmetic per row lane, and only a couple of float operations per
  * (row, token, block) remain. The activations stay in natural order. */
 
-/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 1216 bytes (a multiple of
- * 64: an array of groups keeps qs, qs4, nq4 and nq2 64-byte aligned). */
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 576 bytes (a multiple of
+ * 64: an array of groups keeps qs and qs4 64-byte aligned). */
 typedef struct {
     int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
     int8_t qs4[256];   /* the order of Q4_K's nibbles in 64-byte loads (fmt_q4_k.h): qs4[64(2h + e) + 32u + i] =
                           q[128h + 64u + 32e + i] for h, e, u in {0, 1}, i < 32 */
-    int32_t nq4[64];   /* −32 · Σ q[4l .. 4l+4): Q6_K GEMV chain starts, one per dword lane */
-    int16_t nq2[128];  /* −32 · (q[2k] + q[2k+1]): the Q6_K offset per pmaddubsw word (AVX2) */
-    int32_t nb32[32];  /* −32 · Σ q[8s .. 8s+8): chain starts that centre the Q6_K codes (fmt_q6_k.h) */
     int32_t nb8[8];    /* −8 · bsum_j: chain starts that centre the Q4_K codes (fmt_q4_k.h) */
     int16_t bsum[8];   /* bsum_j = Σ q[32j .. 32j+32); dword i = (bsum[2i], bsum[2i+1]) as an int16 pair */
     float d;           /* activation scale s of the group */
     uint8_t pad[12];
 } hymt_k8;
-_Static_assert(sizeof(hymt_k8) == 1216, "hymt_k8 keeps its members 64-byte aligned");
+_Static_assert(sizeof(hymt_k8) == 576, "hymt_k8 keeps its members 64-byte aligned");
 
 static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
 
@@ -79,9 +467,6 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
             a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
             a[b].nb8[j] = -8 * a[b].bsum[j];
         }
-        for (int l = 0; l < 64; l++) a[b].nq4[l] = -32 * (g.qs[4 * l] + g.qs[4 * l + 1] + g.qs[4 * l + 2] + g.qs[4 * l + 3]);
-        for (int k = 0; k < 32; k++) a[b].nb32[k] = a[b].nq4[2 * k] + a[b].nq4[2 * k + 1];
-        for (int k = 0; k < 128; k++) a[b].nq2[k] = (int16_t)(-32 * (g.qs[2 * k] + g.qs[2 * k + 1]));
         a[b].d = g.d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -99,11 +484,10 @@ HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
     return v;
 }
 
-/* Up to a format's threshold (HYMT_Q4_K_GEMV_MAX, HYMT_Q6_K_GEMV_MAX) the AVX-512 kernels read the weights
- * one row at a time (one sequential stream, at memory speed) and compute each block's exact integers with
- * one lane per 4 inputs and a horizontal integer sum; above it they decode 16-row tiles (row lanes), which
- * costs more per weight byte but far less per token. The integers are exact and the float steps
- * identical, so both give the same bits. */
+/* Up to HYMT_Q4_K_GEMV_MAX tokens the AVX-512 kernel reads the weights one row at a time (one sequential
+ * stream, at memory speed) and computes each block's exact integers with one lane per 4 inputs and a
+ * horizontal integer sum; above it, it decodes 16-row tiles (row lanes), which costs more per weight byte
+ * but far less per token. The integers are exact and the float steps identical: the same bits. */
 
 #if defined(HYMT_X86)
 /* Horizontal sums of 16 int32 vectors at once: lane i of the result = Σ of the lanes of v[i] (exact; a
