@@ -2,19 +2,23 @@
  * packed 6-bit scales/mins for 8 sub-blocks of 32, 128 bytes of 4-bit codes. Sub-block j has
  * w = (d × f32(sc(j))) × f32(q) − dmin × f32(m(j)), q in 0..15.
  *
- * int8 path (§3.4, activation groups of 256 = one block; kq layout of kquant_common.h). Lanes are the
- * sixteen 16-weight chunks L; chunk L lies in sub-block L/2. For one row and one token, with s the
- * activation scale of block b's group, q the int8 activations and bsum_L = Σ q over chunk L:
+ * int8 path (§3.4, activation groups of 256 = one block, natural order: hymt_k8 of kquant_common.h).
+ * For one row and one token, with s the activation scale of block b's group, q the int8 activations and
+ * bsum_j = Σ q over sub-block j (32 inputs):
  *
- *   acc[16] = 0
- *   for each block b, chunk L = 0..15 (j = L / 2):
- *       isum_L = Σ_{i<16} q4[16L+i] · q[16L+i]                                    (exact int32)
- *       acc[L] = fma((d × f32(sc(j))) × s, f32(isum_L), acc[L])
- *       acc[L] = fma(−(dmin × f32(m(j))), f32(bsum_L) × s, acc[L])          (the min term)
- *   y = hymt_kq_tree16(acc)
+ *   acc = 0
+ *   for each block b:
+ *       A = Σ_{j<8} sc(j) · Σ_{i<32} q4[32j+i] · q[32j+i]                          (exact int32)
+ *       B = Σ_{j<8} m(j) · bsum_j                                                     (exact int32)
+ *       v = fma(−dmin, f32(B), d × f32(A))
+ *       acc = fma(s, v, acc)
+ *   y = acc
  *
- * f32(bsum_L) × s is prepared once per token (hymt_kq8.bsd), d × sc and dmin × m once per block.
- * The 4-bit codes are the unsigned operand of vpdpbusd / pmaddubsw / sdot.
+ * (|A| <= 8·63·32·15·127 < 2^31.) Two float operations per (row, token, block) beyond the conversions,
+ * so the SIMD kernels keep one lane per OUTPUT ROW (kquant_common.h, row-lane layout): a tile of 16 rows
+ * is decoded once per block and serves every token of the call; the sub-block scales are applied to
+ * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. GEMV and
+ * batched calls run the same kernel, so the values cannot depend on n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q4_K_H
@@ -23,6 +27,8 @@
 #include "kquant_common.h"
 
 #define HYMT_Q4_K_BYTES 144
+/* Row-at-a-time AVX-512 path up to this many tokens (measured: from 3 tokens the row tiles are faster) */
+#define HYMT_Q4_K_GEMV_MAX 2
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
 static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
@@ -37,16 +43,14 @@ static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
     }
 }
 
-/* The same 16 bytes with 32-bit word operations (byte lanes of each word follow the rules above). */
-HYMT_INLINE void hymt_q4_k_scale_min_words(const uint8_t *S, uint32_t out[4]) {
+/* The same 16 bytes with 32-bit word operations, kept in registers: byte j of *sc = sc(j), of *mn = m(j). */
+HYMT_INLINE void hymt_q4_k_scale_min_u64(const uint8_t *S, uint64_t *sc, uint64_t *mn) {
     uint32_t a, b, c;
-    memcpy(&a, S, 4);     /* S[0..4)  */
-    memcpy(&b, S + 4, 4); /* S[4..8)  */
-    memcpy(&c, S + 8, 4); /* S[8..12) */
-    out[0] = a & 0x3f3f3f3fu;                                               /* sc(0..3) */
-    out[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);          /* sc(4..7) */
-    out[2] = b & 0x3f3f3f3fu;                                               /* m(0..3)  */
-    out[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);   /* m(4..7)  */
+    memcpy(&a, S, 4);
+    memcpy(&b, S + 4, 4);
+    memcpy(&c, S + 8, 4);
+    *sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4)) << 32;
+    *mn = (b & 0x3f3f3f3fu) | (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4)) << 32;
 }
 
 /* Codes (0..15) of one block in natural weight order. */
@@ -89,17 +93,19 @@ static float hymt_row_dot_f32_q4_k(const uint8_t *row, const float *x, int64_t c
     return total;
 }
 
+/* int8 path, scalar reference: the definition above, row by row, tokens in tiles (the tiling does not
+ * change any value: each (row, token) runs the same sequence over the blocks). */
 static void hymt_gemm_q4_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                   const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                   int64_t y_stride) {
     const int64_t nb = cols / 256;
     uint8_t codes[256], sm[16];
-    float acc[HYMT_KQ_SCALAR_TILE][16]; /* [token][chunk lane] */
+    float acc[HYMT_KQ_SCALAR_TILE]; /* [token] */
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_SCALAR_TILE) {
             int64_t tt = n - t0 < HYMT_KQ_SCALAR_TILE ? n - t0 : HYMT_KQ_SCALAR_TILE;
-            memset(acc, 0, sizeof acc);
+            for (int64_t t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
                 float d = hymt_fp16_to_f32(hymt_load_u16(blk));
@@ -107,228 +113,414 @@ static void hymt_gemm_q4_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
                 hymt_q4_k_scale_min(blk + 4, sm);
                 hymt_q4_k_codes(blk, codes);
                 for (int64_t t = 0; t < tt; t++) {
-                    const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)(t0 + t) * act_stride) + b;
-                    for (int L = 0; L < 16; L++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                    int32_t A = 0, B = 0;
+                    for (int j = 0; j < 8; j++) {
                         int32_t isum = 0;
-                        for (int i = 16 * L; i < 16 * L + 16; i++) isum += (int32_t)codes[i] * hymt_kq_act(g->qs, i);
-                        float scale = (d * (float)sm[L / 2]) * g->d;
-                        float mn = dmin * (float)sm[8 + L / 2];
-                        acc[t][L] = fmaf(scale, (float)isum, acc[t][L]);
-                        acc[t][L] = fmaf(-mn, g->bsd[L], acc[t][L]);
+                        for (int i = 32 * j; i < 32 * j + 32; i++) isum += (int32_t)codes[i] * g->qs[i];
+                        A += (int32_t)sm[j] * isum;
+                        B += (int32_t)sm[8 + j] * g->bsum[j];
                     }
+                    float v = fmaf(-dmin, (float)B, d * (float)A);
+                    acc[t] = fmaf(g->d, v, acc[t]);
                 }
             }
-            for (int64_t t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = hymt_kq_tree16(acc[t]);
+            for (int64_t t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
+    }
+}
+
+/* One block of a tile of 16 rows in the row-lane layout (kquant_common.h), 4992 bytes. Row r of the tile
+ * is lane r; rows past the end of the range repeat the last row (their lanes are never stored). */
+typedef struct {
+    uint8_t v[64][64];  /* v[kd][4r + e] = code of row r at input 4kd + e (0..15) */
+    int32_t sc[8][16];  /* sc[j][r] = sc(j) of row r: the int16 pair (sc, 0) */
+    int32_t sc8[4][16]; /* sc8[i][r] = 8·sc(2i) | 8·sc(2i+1) << 16 of row r: an int16 pair */
+    int32_t mn[4][16];  /* mn[i][r] = m(2i) | m(2i+1) << 16 of row r: an int16 pair */
+    float d[16];        /* d of row r */
+    float ndmin[16];    /* −dmin of row r */
+} hymt_q4_k_tile;
+
+/* The tile of block blk0 (row 0 of the tile) .. blk0 + (rows − 1) · row_bytes, portable form. */
+static void hymt_q4_k_tile_decode(const uint8_t *blk0, size_t row_bytes, int rows, hymt_q4_k_tile *tl) {
+    uint8_t sm[16];
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *p = blk0 + (size_t)(r < rows ? r : rows - 1) * row_bytes;
+        __builtin_prefetch(p + 4 * HYMT_Q4_K_BYTES, 0, 3);
+        __builtin_prefetch(p + 4 * HYMT_Q4_K_BYTES + 64, 0, 3);
+        __builtin_prefetch(p + 4 * HYMT_Q4_K_BYTES + 128, 0, 3);
+        tl->d[r] = hymt_fp16_to_f32(hymt_load_u16(p));
+        tl->ndmin[r] = -hymt_fp16_to_f32(hymt_load_u16(p + 2));
+        hymt_q4_k_scale_min(p + 4, sm);
+        for (int j = 0; j < 8; j++) tl->sc[j][r] = sm[j];
+        for (int i = 0; i < 4; i++) {
+            tl->sc8[i][r] = 8 * ((int32_t)sm[2 * i] | ((int32_t)sm[2 * i + 1] << 16));
+            tl->mn[i][r] = (int32_t)sm[8 + 2 * i] | ((int32_t)sm[9 + 2 * i] << 16);
+        }
+        /* byte l of 32-byte group g: low nibble = input 64g + l, high nibble = input 64g + 32 + l */
+        for (int g = 0; g < 4; g++)
+            for (int k = 0; k < 8; k++) {
+                uint32_t q;
+                memcpy(&q, p + 16 + 32 * g + 4 * k, 4);
+                uint32_t lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+                memcpy(&tl->v[16 * g + k][4 * r], &lo, 4);
+                memcpy(&tl->v[16 * g + 8 + k][4 * r], &hi, 4);
+            }
     }
 }
 
 #if defined(HYMT_X86)
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_unpack_avx512(const uint8_t *blk, const __m512i s1[4],
-                                                            const __m512i s2[2], __m512i wq[4], __m512 *dsc,
-                                                            __m512 *dmn) {
+/* hymt_q4_k_tile_decode with two 16×16 dword transposes of the codes and gathers of the scale words. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, size_t row_bytes, int rows,
+                                                          hymt_q4_k_tile *tl) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i z0 = _mm512_loadu_si512((const void *)(blk + 16)); /* sub-blocks 0-1 | 2-3 (low | high) */
-    __m512i z1 = _mm512_loadu_si512((const void *)(blk + 80));
-    hymt_kq_transpose_avx512(s1, s2, _mm512_and_si512(z0, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4),
-                             _mm512_and_si512(z1, m4), _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4), wq);
-    uint32_t sm[4];
-    hymt_q4_k_scale_min_words(blk + 4, sm);
-    __m128i v = _mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]);
-    __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v))); /* sc(L/2) */
-    __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(v, v))); /* m(L/2) */
-    *dsc = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hymt_load_u16(blk))), sc);
-    *dmn = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 2))), mn);
+    const __m512i lane = _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(rows - 1));
+    const __m512i offs = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+    int32_t off[16];
+    _mm512_storeu_si512((void *)off, offs);
+    for (int h = 0; h < 2; h++) {
+        __m512i x[16], t[16]; /* x[r]: bytes 64h..64h+63 of row r's codes = groups 2h, 2h+1 */
+        for (int r = 0; r < 16; r++) x[r] = _mm512_loadu_si512((const void *)(blk0 + off[r] + 16 + 64 * h));
+        hymt_kq_transpose16(x, t);
+        for (int k = 0; k < 16; k++) {
+            const int g = 2 * h + k / 8, kk = k % 8;
+            _mm512_store_si512((void *)tl->v[16 * g + kk], _mm512_and_si512(t[k], m4));
+            _mm512_store_si512((void *)tl->v[16 * g + 8 + kk], _mm512_and_si512(_mm512_srli_epi16(t[k], 4), m4));
+        }
+    }
+    const __m512i g0 = _mm512_i32gather_epi32(offs, (const void *)blk0, 1);       /* d | dmin << 16 */
+    const __m512i ga = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 4), 1); /* scale bytes 0..3 */
+    const __m512i gb = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 8), 1);
+    const __m512i gc = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 12), 1);
+    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
+    /* hymt_q4_k_scale_min on 32-bit words, one row per lane */
+    const __m512i sc03 = _mm512_and_si512(ga, k3f);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
+    const __m512i m03 = _mm512_and_si512(gb, k3f);
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+    const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
+    __m512i sc[8];
+    for (int j = 0; j < 4; j++) {
+        sc[j] = _mm512_and_si512(_mm512_srli_epi32(sc03, 8 * j), ff);
+        sc[4 + j] = _mm512_and_si512(_mm512_srli_epi32(sc47, 8 * j), ff);
+    }
+    for (int j = 0; j < 8; j++) _mm512_store_si512((void *)tl->sc[j], sc[j]);
+    for (int i = 0; i < 4; i++)
+        _mm512_store_si512((void *)tl->sc8[i],
+                           _mm512_slli_epi32(_mm512_or_si512(sc[2 * i], _mm512_slli_epi32(sc[2 * i + 1], 16)), 3));
+    _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
+                                                           _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
+                                                           _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[2], _mm512_or_si512(_mm512_and_si512(m47, ff),
+                                                           _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[3], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
+                                                           _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16)));
+    _mm512_store_ps(tl->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
+    _mm512_store_ps(tl->ndmin, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin),
+                                                                    _mm512_set1_epi32((int)0x80000000u))));
 }
 
-/* One row × the tokens [0, tt) of a token tile, over all blocks; acc [tt]. The path for few tokens
- * (n < HYMT_KQ_BATCH_MIN), where streaming the weights dominates: one sequential stream per thread. */
-HYMT_TARGET_AVX512 static void hymt_q4_k_row_avx512(const uint8_t *row, const hymt_kq8 *a0, size_t act_stride, int tt,
-                                                    int64_t nb, const __m512i s1[4], const __m512i s2[2],
-                                                    __m512 *acc) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
-        hymt_kq_prefetch(blk);
-        __m512i wq[4];
-        __m512 dsc, dmn;
-        hymt_q4_k_unpack_avx512(blk, s1, s2, wq, &dsc, &dmn);
-        const hymt_kq8 *g = a0 + b;
-        for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-            __m512i isum = _mm512_setzero_si512();
-            for (int v = 0; v < 4; v++)
-                isum = _mm512_dpbusd_epi32(isum, wq[v], _mm512_loadu_si512((const void *)(g->qs + 64 * v)));
-            __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(g->d));
-            __m512 a = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[t]);
-            acc[t] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(g->bsd), a);
+/* T tokens (activations of block b at a0, a0 + act_stride, ...) × the 16 rows of a decoded tile: one block
+ * step of the definition for each (row lane, token). A per sub-block: a vpdpbusd chain over its 8 code
+ * dwords that starts at −8·bsum_j ends at Σ (q4 − 8)·q, whose magnitude <= 32·8·127 = 32512 fits int16,
+ * so vpdpwssd with the pair (sc, 0) multiplies it by sc exactly; the 8·sc·bsum_j put back and B are
+ * pair products (8·sc(2i), 8·sc(2i+1)) · (bsum_2i, bsum_2i+1) and (m(2i), m(2i+1)) · (the same pair). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_dots_avx512(const hymt_q4_k_tile *tl, const uint8_t *a0,
+                                                          size_t act_stride, __m512 *acc, const int R, const int T) {
+    const hymt_k8 *g[HYMT_K_TT];
+    __m512i A[2][HYMT_K_TT], B[2][HYMT_K_TT];
+    for (int t = 0; t < T; t++) {
+        g[t] = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
+        for (int i = 0; i < R; i++) A[i][t] = B[i][t] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8 /* a rolled loop rotates the accumulators through register copies */
+    for (int j = 0; j < 8; j++) {
+        __m512i ch[2][HYMT_K_TT];
+        for (int t = 0; t < T; t++) {
+            __m512i start = _mm512_set1_epi32(g[t]->nb8[j]);
+            for (int i = 0; i < R; i++) ch[i][t] = start;
+        }
+        for (int e = 0; e < 8; e++) {
+            const int kd = 8 * j + e;
+            __m512i wv[2];
+            for (int i = 0; i < R; i++) wv[i] = _mm512_load_si512((const void *)tl[i].v[kd]);
+            for (int t = 0; t < T; t++) {
+                const __m512i a = _mm512_set1_epi32(hymt_k8_dword(g[t], kd));
+                for (int i = 0; i < R; i++) ch[i][t] = _mm512_dpbusd_epi32(ch[i][t], wv[i], a);
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            const __m512i sc = _mm512_load_si512((const void *)tl[i].sc[j]);
+            for (int t = 0; t < T; t++) A[i][t] = _mm512_dpwssd_epi32(A[i][t], ch[i][t], sc);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        for (int t = 0; t < T; t++) {
+            const __m512i pair = _mm512_set1_epi32(hymt_k8_bsum_pair(g[t], k));
+            for (int i = 0; i < R; i++) {
+                A[i][t] = _mm512_dpwssd_epi32(A[i][t], _mm512_load_si512((const void *)tl[i].sc8[k]), pair);
+                B[i][t] = _mm512_dpwssd_epi32(B[i][t], _mm512_load_si512((const void *)tl[i].mn[k]), pair);
+            }
+        }
+    for (int i = 0; i < R; i++) {
+        const __m512 d = _mm512_load_ps(tl[i].d), ndmin = _mm512_load_ps(tl[i].ndmin);
+        for (int t = 0; t < T; t++) {
+            const __m512 da = _mm512_mul_ps(d, _mm512_cvtepi32_ps(A[i][t]));
+            const __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B[i][t]), da);
+            acc[2 * t + i] = _mm512_fmadd_ps(_mm512_set1_ps(g[t]->d), v, acc[2 * t + i]);
         }
     }
 }
 
+/* [R − 1][T − 1]: R tiles of 16 rows × T tokens. R = 2 reuses each broadcast activation dword for two
+ * vpdpbusd (loads are the other scarce resource); its accumulators fill the registers at T = 4. */
+typedef void (*hymt_q4_k_dots_fn)(const hymt_q4_k_tile *tl, const uint8_t *a0, size_t act_stride, __m512 *acc);
+#define HYMT_Q4_K_DOTS(R, T)                                                                                \
+    HYMT_TARGET_AVX512 static void hymt_q4_k_dots_##R##x##T(const hymt_q4_k_tile *tl, const uint8_t *a0,   \
+                                                            size_t act_stride, __m512 *acc) {               \
+        hymt_q4_k_dots_avx512(tl, a0, act_stride, acc, R, T);                                               \
+    }
+HYMT_Q4_K_DOTS(1, 1)
+HYMT_Q4_K_DOTS(1, 2)
+HYMT_Q4_K_DOTS(1, 3)
+HYMT_Q4_K_DOTS(1, 4)
+HYMT_Q4_K_DOTS(1, 5)
+HYMT_Q4_K_DOTS(1, 6)
+HYMT_Q4_K_DOTS(1, 7)
+HYMT_Q4_K_DOTS(1, 8)
+HYMT_Q4_K_DOTS(2, 1)
+HYMT_Q4_K_DOTS(2, 2)
+HYMT_Q4_K_DOTS(2, 3)
+HYMT_Q4_K_DOTS(2, 4)
+#undef HYMT_Q4_K_DOTS
+#define HYMT_Q4_K_R2_TT 4
+static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
+    {hymt_q4_k_dots_1x1, hymt_q4_k_dots_1x2, hymt_q4_k_dots_1x3, hymt_q4_k_dots_1x4, hymt_q4_k_dots_1x5,
+     hymt_q4_k_dots_1x6, hymt_q4_k_dots_1x7, hymt_q4_k_dots_1x8},
+    {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
+};
+
+/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time. Vector 2h + e of a block holds the low (e = 0)
+ * or high (e = 1) nibbles of code bytes 64h .. 64h+63, against hymt_k8.qs4 (the activations in that
+ * order); lane L of a vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 4h + 2(L/8) + e,
+ * vpdpwssd by that sub-block's (sc, 0) scales it, and a horizontal sum gives A. */
+HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                     const uint8_t *act, size_t act_stride, int n, int64_t nb,
+                                                     float *y, int64_t y_stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i sub[4]; /* lane L of vector k = 2h + e: sub-block 4h + 2(L/8) + e */
+    for (int k = 0; k < 4; k++)
+        sub[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * (k / 2) + k % 2),
+                                  _mm512_slli_epi32(_mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                                                        11, 12, 13, 14, 15), 3), 1));
+    /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
+     * hymt_kq_hsum16; bs[t][k] its B; d, −dmin and v per block (lanes past the group's end are unused) */
+    __m512i av[HYMT_Q4_K_GEMV_MAX][16];
+    int32_t bs[HYMT_Q4_K_GEMV_MAX][16];
+    float dd[16], nm[16], vs[16];
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        float acc[HYMT_Q4_K_GEMV_MAX] = {0.0f};
+        for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+            const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
+            for (int kb = 0; kb < kn; kb++) {
+                const int64_t b = b0 + kb;
+                const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m512i wv[4], sc[4];
+                for (int h = 0; h < 2; h++) {
+                    const __m512i z = _mm512_loadu_si512((const void *)(blk + 16 + 64 * h));
+                    wv[2 * h] = _mm512_and_si512(z, m4);
+                    wv[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                }
+                uint64_t scs, mns;
+                hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
+                const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs));
+                for (int k = 0; k < 4; k++) sc[k] = _mm512_permutexvar_epi32(sub[k], sc32);
+                const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
+                dd[kb] = _cvtsh_ss(hymt_load_u16(blk));
+                nm[kb] = -_cvtsh_ss(hymt_load_u16(blk + 2));
+                for (int t = 0; t < n; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b;
+                    __m512i p[4];
+                    for (int k = 0; k < 4; k++)
+                        p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k],
+                                                   _mm512_load_si512((const void *)(g->qs4 + 64 * k)));
+                    /* two chains of two: the sum does not depend on the grouping (exact) */
+                    const __m512i s01 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]);
+                    const __m512i s23 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]);
+                    av[t][kb] = _mm512_add_epi32(s01, s23);
+                    __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
+                    bs[t][kb] = _mm_cvtsi128_si32(bm);
+                }
+            }
+            /* v of the group's blocks with one lane per block (the same float operations per lane), then
+             * the sequential accumulation */
+            const __m512 ddv = _mm512_loadu_ps(dd), nmv = _mm512_loadu_ps(nm);
+            for (int t = 0; t < n; t++) {
+                const __m512 A = _mm512_cvtepi32_ps(hymt_kq_hsum16(av[t]));
+                const __m512 B = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)bs[t]));
+                _mm512_storeu_ps(vs, _mm512_fmadd_ps(nmv, B, _mm512_mul_ps(ddv, A)));
+                const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0;
+                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(g[kb].d, vs[kb], acc[t]);
+            }
+        }
+        for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
+    }
+}
+
+/* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
+ * once into L1 and every token of the pass runs over them. While a tile is read, the next one
+ * (contiguous: consecutive rows) is prefetched linearly into L2. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
-    /* chunks of (codes & 15) and (codes >> 4) of each 64-byte half of qs, in dword order */
-    static const int chunks[4][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}, {8, 9, 12, 13}, {10, 11, 14, 15}};
-    int32_t t1[4][16], t2[2][16];
-    hymt_kq_perm_build(chunks, t1, t2);
-    __m512i s1[4], s2[2];
-    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
-    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
-
     const int64_t nb = cols / 256;
-    if (n >= HYMT_KQ_BATCH_MIN) {
-        /* u: [HYMT_KQ_PANEL][nb] rows unpacked once for all n tokens */
-        hymt_kq_unpacked *u = (hymt_kq_unpacked *)aligned_alloc(64, (size_t)HYMT_KQ_PANEL * nb * sizeof *u);
-        if (u != NULL) {
-            for (int64_t r = r0; r < r1; r += HYMT_KQ_PANEL) {
-                const int R = r1 - r < HYMT_KQ_PANEL ? (int)(r1 - r) : HYMT_KQ_PANEL;
+    if (n <= HYMT_Q4_K_GEMV_MAX) {
+        hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, (int)n, nb, y, y_stride);
+        return;
+    }
+    hymt_q4_k_tile tl[2] __attribute__((aligned(64)));
+    __m512 acc[2 * HYMT_K_PASS]; /* [token of the pass][tile] lane r = row r of the tile */
+    for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
+        const int np = n - t0 < HYMT_K_PASS ? (int)(n - t0) : HYMT_K_PASS;
+        for (int64_t r = r0; r < r1; r += 32) {
+            const int rows = r1 - r < 32 ? (int)(r1 - r) : 32, R = rows > 16 ? 2 : 1;
+            const int tt = R == 2 ? HYMT_Q4_K_R2_TT : HYMT_K_TT;
+            const uint8_t *base = w + (size_t)r * row_bytes;
+            const size_t ahead = (size_t)rows * HYMT_Q4_K_BYTES; /* next tile's bytes per block step */
+            for (int t = 0; t < 2 * np; t++) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *next = base + (size_t)rows * row_bytes + (size_t)b * ahead;
+                for (size_t k = 0; k < ahead; k += 64) __builtin_prefetch(next + k, 0, 2);
                 for (int i = 0; i < R; i++)
-                    for (int64_t b = 0; b < nb; b++) {
-                        const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q4_K_BYTES;
-                        hymt_kq_prefetch(blk);
-                        hymt_kq_unpacked *ub = &u[i * nb + b];
-                        hymt_q4_k_unpack_avx512(blk, s1, s2, ub->wq, &ub->dsc, &ub->dmn);
-                    }
-                hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride, 1);
+                    hymt_q4_k_tile_avx512(base + (size_t)(16 * i) * row_bytes + b * HYMT_Q4_K_BYTES, row_bytes,
+                                          i == 0 ? (rows < 16 ? rows : 16) : rows - 16, &tl[i]);
+                const uint8_t *a0 = act + (size_t)t0 * act_stride + (size_t)b * sizeof(hymt_k8);
+                for (int t = 0; t < np; t += tt) {
+                    const int T = np - t < tt ? np - t : tt;
+                    hymt_q4_k_dots[R - 1][T - 1](tl, a0 + (size_t)t * act_stride, act_stride, acc + 2 * t);
+                }
             }
-            free(u);
-            return;
-        }
-    }
-    __m512 acc[HYMT_KQ_TT]; /* [token] 16 chunk lanes */
-    for (int64_t r = r0; r < r1; r++) {
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
-            const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
-            const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
-            hymt_q4_k_row_avx512(w + (size_t)r * row_bytes, a0, act_stride, tt, nb, s1, s2, acc);
-            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = hymt_hsum512(acc[t]);
+            for (int i = 0; i < R; i++) {
+                const int ri = i == 0 ? (rows < 16 ? rows : 16) : rows - 16;
+                const __mmask16 keep = (__mmask16)((1u << ri) - 1);
+                for (int t = 0; t < np; t++)
+                    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r + 16 * i, keep, acc[2 * t + i]);
+            }
         }
     }
 }
 
-HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q4_k_unpack_avx2(const uint8_t *blk, __m256i wq[4][2], __m256 dsc[2],
-                                                        __m256 dmn[2]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i nat[8]; /* chunk pairs (0,1), (2,3), ..., (14,15) */
-    for (int k = 0; k < 4; k++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * k)); /* sub-blocks 2k | 2k+1 */
-        nat[2 * k] = _mm256_and_si256(q, m4);
-        nat[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    }
-    hymt_kq_transpose_avx2(nat, wq);
-    uint32_t sm[4];
-    hymt_q4_k_scale_min_words(blk + 4, sm);
-    __m128i v = _mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]);
-    __m128i sc = _mm_unpacklo_epi8(v, v), mn = _mm_unpackhi_epi8(v, v);
-    __m256 d = _mm256_set1_ps(_cvtsh_ss(hymt_load_u16(blk)));
-    __m256 dmin = _mm256_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 2)));
-    dsc[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
-    dsc[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8))));
-    dmn[0] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
-    dmn[1] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8))));
-}
-
+/* AVX2: one row at a time (one sequential stream), tokens in tiles of HYMT_KQ_SCALAR_TILE sharing each
+ * unpacked block. Vector j holds sub-block j's 32 codes in natural order (a 32-byte group's low or high
+ * nibbles); pmaddubsw pairs (<= 2·15·127) times (sc, sc) by pmaddwd give sc × 4-input sums in int32. */
 HYMT_TARGET_AVX2 static void hymt_gemm_q4_k_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                  float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[HYMT_KQ_RT][HYMT_KQ_TT][2]; /* [row][token][lanes 0-7 | 8-15] */
-    const int rt_max = hymt_kq_row_tile(n);
-    for (int64_t r = r0; r < r1; r += rt_max) {
-        const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
-            const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
-            const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    float acc[HYMT_KQ_SCALAR_TILE]; /* [token of the tile] */
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_SCALAR_TILE) {
+            const int tt = n - t0 < HYMT_KQ_SCALAR_TILE ? (int)(n - t0) : HYMT_KQ_SCALAR_TILE;
+            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                for (int i = 0; i < rt; i++) {
-                    const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q4_K_BYTES;
-                    hymt_kq_prefetch(blk);
-                    __m256i wq[4][2];
-                    __m256 dsc[2], dmn[2];
-                    hymt_q4_k_unpack_avx2(blk, wq, dsc, dmn);
-                    const hymt_kq8 *g = a0 + b;
-                    for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-                        const __m256 s = _mm256_set1_ps(g->d);
-                        for (int h = 0; h < 2; h++) {
-                            /* |Σ of 8 code·q products| <= 8·15·127 = 15240: one int16 sum of all four */
-                            __m256i p = _mm256_setzero_si256();
-                            for (int v = 0; v < 4; v++) {
-                                __m256i q = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 32 * h));
-                                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wq[v][h], q));
-                            }
-                            __m256i isum = _mm256_madd_epi16(p, ones);
-                            __m256 scale = _mm256_mul_ps(dsc[h], s);
-                            __m256 a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i][t][h]);
-                            acc[i][t][h] = _mm256_fnmadd_ps(dmn[h], _mm256_loadu_ps(g->bsd + 8 * h), a);
-                        }
+                const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m256i wv[8], sc[8];
+                for (int g = 0; g < 4; g++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
+                    wv[2 * g] = _mm256_and_si256(q, m4);
+                    wv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                }
+                uint64_t scs, mns;
+                hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
+                for (int j = 0; j < 8; j++) sc[j] = _mm256_set1_epi16((short)((scs >> (8 * j)) & 0xff));
+                const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
+                const float d = _cvtsh_ss(hymt_load_u16(blk)), dmin = _cvtsh_ss(hymt_load_u16(blk + 2));
+                for (int t = 0; t < tt; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                    __m256i Av = _mm256_setzero_si256();
+                    for (int j = 0; j < 8; j++) {
+                        const __m256i q = _mm256_load_si256((const __m256i *)(g->qs + 32 * j));
+                        Av = _mm256_add_epi32(Av, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], q), sc[j]));
                     }
+                    __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
+                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
+                    const int32_t A = hymt_kq_hsum8(Av), B = _mm_cvtsi128_si32(bm);
+                    const float v = fmaf(-dmin, (float)B, d * (float)A);
+                    acc[t] = fmaf(g->d, v, acc[t]);
                 }
             }
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++)
-                    y[(t0 + t) * y_stride + r + i] = hymt_kq_tree16_avx2(acc[i][t][0], acc[i][t][1]);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }
 #endif /* HYMT_X86 */
 
 #if defined(HYMT_ARM64)
-HYMT_TARGET_DOTPROD HYMT_INLINE void hymt_q4_k_unpack_neon(const uint8_t *blk, int8x16_t wq[4][4],
-                                                          float32x4_t dsc[4], float32x4_t dmn[4]) {
-    const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    int8x16_t chunk[16];
-    for (int i = 0; i < 8; i++) {
-        uint8x16_t q = vld1q_u8(blk + 16 + 16 * i); /* sub-block i/2 bytes 16(i%2).. */
-        chunk[4 * (i / 2) + (i % 2)] = vreinterpretq_s8_u8(vandq_u8(q, m4));
-        chunk[4 * (i / 2) + 2 + (i % 2)] = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
-    }
-    hymt_kq_transpose_neon(chunk, wq);
-    uint8_t sm[16];
-    hymt_q4_k_scale_min(blk + 4, sm);
-    float32x4_t d = vdupq_n_f32(hymt_fp16_to_f32(hymt_load_u16(blk)));
-    float32x4_t dmin = vdupq_n_f32(hymt_fp16_to_f32(hymt_load_u16(blk + 2)));
-    for (int k = 0; k < 4; k++) {
-        /* lanes 4k..4k+3 are chunks of sub-blocks 2k, 2k, 2k+1, 2k+1 */
-        float sc[4] = {(float)sm[2 * k], (float)sm[2 * k], (float)sm[2 * k + 1], (float)sm[2 * k + 1]};
-        float mn[4] = {(float)sm[8 + 2 * k], (float)sm[8 + 2 * k], (float)sm[9 + 2 * k], (float)sm[9 + 2 * k]};
-        dsc[k] = vmulq_f32(d, vld1q_f32(sc));
-        dmn[k] = vmulq_f32(dmin, vld1q_f32(mn));
-    }
-}
-
+/* SDOT by lane: one q register of activations holds a chunk's 4 dwords, broadcast lane by lane against
+ * 4 rows × 4 codes; the chunk sum is multiplied by sc with an exact int32 multiply-accumulate. */
 HYMT_TARGET_DOTPROD static void hymt_gemm_q4_k_dotprod(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                        const uint8_t *act, size_t act_stride, int64_t n,
                                                        int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = w + (size_t)r * row_bytes;
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
-            const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            float32x4_t acc[HYMT_KQ_TT][4]; /* [token][lanes 4k..4k+3] */
-            for (int t = 0; t < tt; t++)
-                for (int k = 0; k < 4; k++) acc[t][k] = vdupq_n_f32(0.0f);
+    hymt_q4_k_tile tl __attribute__((aligned(64)));
+    float32x4_t acc[HYMT_K_PASS][4]; /* [token of the pass][rows 4q..4q+3] */
+    for (int64_t t0 = 0; t0 < n; t0 += HYMT_K_PASS) {
+        const int np = n - t0 < HYMT_K_PASS ? (int)(n - t0) : HYMT_K_PASS;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+            for (int t = 0; t < np; t++)
+                for (int q = 0; q < 4; q++) acc[t][q] = vdupq_n_f32(0.0f);
             for (int64_t b = 0; b < nb; b++) {
-                int8x16_t wq[4][4];
-                float32x4_t dsc[4], dmn[4];
-                hymt_kq_prefetch(row + b * HYMT_Q4_K_BYTES);
-                hymt_q4_k_unpack_neon(row + b * HYMT_Q4_K_BYTES, wq, dsc, dmn);
-                for (int t = 0; t < tt; t++) {
-                    const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                hymt_q4_k_tile_decode(w + (size_t)r * row_bytes + b * HYMT_Q4_K_BYTES, row_bytes, rows, &tl);
+                for (int t = 0; t < np; t++) {
+                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)(t0 + t) * act_stride) + b;
                     const float32x4_t s = vdupq_n_f32(g->d);
-                    for (int k = 0; k < 4; k++) {
-                        int32x4_t isum = vdupq_n_s32(0);
-                        for (int v = 0; v < 4; v++) isum = vdotq_s32(isum, wq[v][k], vld1q_s8(g->qs + 64 * v + 16 * k));
-                        float32x4_t a = vfmaq_f32(acc[t][k], vmulq_f32(dsc[k], s), vcvtq_f32_s32(isum));
-                        acc[t][k] = vfmsq_f32(a, dmn[k], vld1q_f32(g->bsd + 4 * k));
+                    for (int q = 0; q < 4; q++) {
+                        int32x4_t A = vdupq_n_s32(0), B = vdupq_n_s32(0);
+                        for (int j = 0; j < 8; j++) {
+                            const int32x4_t sc = vld1q_s32(tl.sc[j] + 4 * q);
+                            for (int c = 0; c < 2; c++) {
+                                const int kd = 8 * j + 4 * c;
+                                const int8x16_t a = vld1q_s8(g->qs + 4 * kd);
+                                int32x4_t ch = vdupq_n_s32(0);
+                                ch = vdotq_laneq_s32(ch, vld1q_s8((const int8_t *)tl.v[kd] + 16 * q), a, 0);
+                                ch = vdotq_laneq_s32(ch, vld1q_s8((const int8_t *)tl.v[kd + 1] + 16 * q), a, 1);
+                                ch = vdotq_laneq_s32(ch, vld1q_s8((const int8_t *)tl.v[kd + 2] + 16 * q), a, 2);
+                                ch = vdotq_laneq_s32(ch, vld1q_s8((const int8_t *)tl.v[kd + 3] + 16 * q), a, 3);
+                                A = vmlaq_s32(A, ch, sc);
+                            }
+                        }
+                        for (int i = 0; i < 4; i++) {
+                            const int32x4_t m = vld1q_s32(tl.mn[i] + 4 * q);
+                            B = vmlaq_n_s32(B, vandq_s32(m, vdupq_n_s32(0xffff)), g->bsum[2 * i]);
+                            B = vmlaq_n_s32(B, vshrq_n_s32(m, 16), g->bsum[2 * i + 1]);
+                        }
+                        float32x4_t v = vfmaq_f32(vmulq_f32(vld1q_f32(tl.d + 4 * q), vcvtq_f32_s32(A)),
+                                                  vld1q_f32(tl.ndmin + 4 * q), vcvtq_f32_s32(B));
+                        acc[t][q] = vfmaq_f32(acc[t][q], s, v);
                     }
                 }
             }
-            for (int t = 0; t < tt; t++)
-                y[(t0 + t) * y_stride + r] = hymt_kq_tree16_neon(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+            for (int t = 0; t < np; t++) {
+                float out[16];
+                for (int q = 0; q < 4; q++) vst1q_f32(out + 4 * q, acc[t][q]);
+                memcpy(y + (t0 + t) * y_stride + r, out, sizeof(float) * rows);
+            }
         }
     }
 }
@@ -349,8 +541,8 @@ static const hymt_format HYMT_FORMAT_Q4_K = {
     HYMT_Q4_K_BYTES,
     hymt_decode_q4_k,
     hymt_row_dot_f32_q4_k,
-    hymt_prepare_kq8,
-    hymt_act_stride_kq8,
+    hymt_prepare_k8,
+    hymt_act_stride_k8,
     {
         hymt_gemm_q4_k_scalar,
 #if defined(HYMT_X86)

@@ -157,7 +157,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
                         hymt_kq_prefetch(blk);
                         hymt_q6_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq, &u[i * nb + b].dsc);
                     }
-                hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride, 0);
+                hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride);
             }
             free(u);
             return;

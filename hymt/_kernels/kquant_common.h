@@ -1,19 +1,25 @@
-/* kquant_common.h — what the Q4_K and Q6_K kernels share: the activation layout of their int8 path,
- * the 16-lane float reduction, and the 4×4 dword transpose that lines weight codes up with it.
+/* kquant_common.h — what the Q4_K and Q6_K kernels share and build on: two activation layouts for their
+ * int8 paths and the lane layouts that go with them.
  *
- * Both formats have 256-weight blocks made of sixteen 16-weight chunks (Q6_K: one sub-scale per
- * chunk; Q4_K: one scale/min per pair of chunks). Their int8 GEMMs keep one float32 lane per chunk
- * index j (0..15) and need, per block, the exact integer dot of each chunk with its 16 activations.
- * An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive bytes, so the weights are
- * transposed once per block into four 64-byte vectors v = 0..3 with
+ * Q6_K (chunk lanes, "kq layout"): a block is sixteen 16-weight chunks with one sub-scale each; the int8
+ * GEMMs keep one float32 lane per chunk j (0..15) and need, per block, the exact integer dot of each chunk
+ * with its 16 activations. An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive
+ * bytes, so the weights are transposed once per block into four 64-byte vectors v = 0..3 with
  *
  *     vector v, bytes 4j..4j+3  =  chunk j, weights 4v..4v+3          (kq layout)
  *
- * and the activations are stored in the same order when a token is prepared. Four dot instructions
- * on the same int32 accumulator then leave chunk j's dot in lane j — no horizontal sums per token.
- * Integer sums are exact, so every ISA gets the same chunk dots however it computes them; the float
- * math (per format, documented in fmt_q4_k.h / fmt_q6_k.h) is defined lane by lane and reduced by
- * hymt_kq_tree16, which every ISA follows exactly. */
+ * and the activations are stored in the same order when a token is prepared (hymt_kq8). Four dot
+ * instructions on the same int32 accumulator then leave chunk j's dot in lane j — no horizontal sums per
+ * token. The float math (fmt_q6_k.h) is defined lane by lane and reduced by hymt_kq_tree16, which every
+ * ISA follows exactly.
+ *
+ * Q4_K (row lanes): its definition (fmt_q4_k.h) applies the sub-block scales and mins in exact integer
+ * arithmetic, leaving two float operations per (row, token, block), so the kernels may lay lanes out
+ * freely: row tiles (hymt_kq_transpose16: 16 rows of code dwords -> 16 vectors, lane = output row) that
+ * every token of a batch broadcasts its activation dwords against, or, for few tokens, one row at a
+ * time with a 16-vector horizontal-sum tree (hymt_kq_hsum16). Activations in natural order (hymt_k8).
+ *
+ * Integer sums are exact, so every ISA gets the same integers however it computes them. */
 #ifndef HYMT_KQUANT_COMMON_H
 #define HYMT_KQUANT_COMMON_H
 
@@ -51,12 +57,13 @@ HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
     for (int k = 0; k < 256; k += 64) __builtin_prefetch(blk + HYMT_KQ_PREFETCH_L2 + k, 0, 2);
 }
 
+/* ---- Q6_K: chunk-lane (kq) layout ----------------------------------------------------------------- */
+
 /* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
  * bytes: a multiple of 64, so every member stays 64-byte aligned in a 64-aligned buffer. */
 typedef struct {
     int8_t qs[256];   /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
     int32_t nb32[16]; /* −32 × Σ q[16j .. 16j+16)       (the Q6_K −32 code offset, exact) */
-    float bsd[16];    /* f32(Σ q[16j .. 16j+16)) × d    (the Q4_K min term) */
     float d;          /* activation scale s of the group */
     uint8_t pad[60];
 } hymt_kq8;
@@ -67,7 +74,6 @@ static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * 
 static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
     for (int j = 0; j < 16; j++) {
         a->nb32[j] = -32 * (int32_t)g->bsums[j];
-        a->bsd[j] = (float)g->bsums[j] * g->d;
     }
     a->d = g->d;
     memset(a->pad, 0, sizeof a->pad);
@@ -215,14 +221,13 @@ static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x
 typedef struct {
     __m512i wq[4]; /* codes, kq layout */
     __m512 dsc;    /* d × f32(scale of lane) */
-    __m512 dmn;    /* Q4_K: dmin × f32(min of lane); unused by Q6_K */
 } hymt_kq_unpacked;
 
-/* Rows [0, R) of u ([R][nb]) × tokens [0, T) from act; y points at (token 0, row 0) of the tile.
- * q4k: lanes start at 0 and take the min term (Q4_K); else they start at −32·Σq (Q6_K). */
+/* Rows [0, R) of u ([R][nb]) × tokens [0, T) from act; y points at (token 0, row 0) of the tile. Lanes
+ * start at −32·Σq (the Q6_K code offset). */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act,
                                                         size_t act_stride, float *y, int64_t y_stride, const int R,
-                                                        const int T, const int q4k) {
+                                                        const int T) {
     __m512 acc[HYMT_KQ_BR][HYMT_KQ_BT];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
@@ -231,7 +236,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *
         for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
         __m512i isum[HYMT_KQ_BR][HYMT_KQ_BT];
         for (int t = 0; t < T; t++) {
-            __m512i start = q4k ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)g[t]->nb32);
+            __m512i start = _mm512_loadu_si512((const void *)g[t]->nb32);
             HYMT_KQ_IN_REGISTER(start);
             for (int r = 0; r < R; r++) isum[r][t] = start;
         }
@@ -246,12 +251,9 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *
         }
         for (int t = 0; t < T; t++) {
             const __m512 s = _mm512_set1_ps(g[t]->d);
-            __m512 bsd = q4k ? _mm512_loadu_ps(g[t]->bsd) : _mm512_setzero_ps();
-            HYMT_KQ_IN_REGISTER(bsd);
             for (int r = 0; r < R; r++) {
                 __m512 scale = _mm512_mul_ps(u[r * nb + b].dsc, s);
                 acc[r][t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[r][t]), acc[r][t]);
-                if (q4k) acc[r][t] = _mm512_fnmadd_ps(u[r * nb + b].dmn, bsd, acc[r][t]);
             }
         }
     }
@@ -263,15 +265,10 @@ typedef void (*hymt_kq_tile_fn)(const hymt_kq_unpacked *u, int64_t nb, const uin
                                 float *y, int64_t y_stride);
 
 #define HYMT_KQ_TILE(R, T)                                                                                    \
-    HYMT_TARGET_AVX512 static void hymt_kq_tile_q6_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,           \
-                                                             const uint8_t *act, size_t act_stride, float *y, \
-                                                             int64_t y_stride) {                              \
-        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T, 0);                                    \
-    }                                                                                                         \
-    HYMT_TARGET_AVX512 static void hymt_kq_tile_q4_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,           \
-                                                             const uint8_t *act, size_t act_stride, float *y, \
-                                                             int64_t y_stride) {                              \
-        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T, 1);                                    \
+    HYMT_TARGET_AVX512 static void hymt_kq_tile_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,              \
+                                                          const uint8_t *act, size_t act_stride, float *y,    \
+                                                          int64_t y_stride) {                                 \
+        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T);                                       \
     }
 HYMT_KQ_TILE(1, 1)
 HYMT_KQ_TILE(1, 2)
@@ -287,33 +284,30 @@ HYMT_KQ_TILE(3, 3)
 HYMT_KQ_TILE(3, 4)
 #undef HYMT_KQ_TILE
 
-/* [q4k][R - 1][T - 1] */
-static const hymt_kq_tile_fn hymt_kq_tiles[2][HYMT_KQ_BR][HYMT_KQ_BT] = {
-    {{hymt_kq_tile_q6_1x1, hymt_kq_tile_q6_1x2, hymt_kq_tile_q6_1x3, hymt_kq_tile_q6_1x4},
-     {hymt_kq_tile_q6_2x1, hymt_kq_tile_q6_2x2, hymt_kq_tile_q6_2x3, hymt_kq_tile_q6_2x4},
-     {hymt_kq_tile_q6_3x1, hymt_kq_tile_q6_3x2, hymt_kq_tile_q6_3x3, hymt_kq_tile_q6_3x4}},
-    {{hymt_kq_tile_q4_1x1, hymt_kq_tile_q4_1x2, hymt_kq_tile_q4_1x3, hymt_kq_tile_q4_1x4},
-     {hymt_kq_tile_q4_2x1, hymt_kq_tile_q4_2x2, hymt_kq_tile_q4_2x3, hymt_kq_tile_q4_2x4},
-     {hymt_kq_tile_q4_3x1, hymt_kq_tile_q4_3x2, hymt_kq_tile_q4_3x3, hymt_kq_tile_q4_3x4}},
+/* [R - 1][T - 1] */
+static const hymt_kq_tile_fn hymt_kq_tiles[HYMT_KQ_BR][HYMT_KQ_BT] = {
+    {hymt_kq_tile_1x1, hymt_kq_tile_1x2, hymt_kq_tile_1x3, hymt_kq_tile_1x4},
+    {hymt_kq_tile_2x1, hymt_kq_tile_2x2, hymt_kq_tile_2x3, hymt_kq_tile_2x4},
+    {hymt_kq_tile_3x1, hymt_kq_tile_3x2, hymt_kq_tile_3x3, hymt_kq_tile_3x4},
 };
 
 /* All n tokens for a panel of rows unpacked in u ([rows][nb], rows <= HYMT_KQ_PANEL); y points at
  * (token 0, first row). Token tiles outside, row tiles inside: a tile's activations stay in L1 while
  * every row tile of the panel uses them. */
 static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb, const uint8_t *act,
-                                 size_t act_stride, int64_t n, float *y, int64_t y_stride, int q4k) {
+                                 size_t act_stride, int64_t n, float *y, int64_t y_stride) {
     for (int64_t t = 0; t < n; t += HYMT_KQ_BT) {
         const int T = n - t < HYMT_KQ_BT ? (int)(n - t) : HYMT_KQ_BT;
         for (int r = 0; r < rows; r += HYMT_KQ_BR) {
             const int R = rows - r < HYMT_KQ_BR ? rows - r : HYMT_KQ_BR;
-            hymt_kq_tiles[q4k][R - 1][T - 1](u + (size_t)r * nb, nb, act + (size_t)t * act_stride, act_stride,
-                                             y + t * y_stride + r, y_stride);
+            hymt_kq_tiles[R - 1][T - 1](u + (size_t)r * nb, nb, act + (size_t)t * act_stride, act_stride,
+                                        y + t * y_stride + r, y_stride);
         }
     }
 }
 #endif
 
-/* cols is a multiple of 256 (whole Q4_K / Q6_K blocks). */
+/* cols is a multiple of 256 (whole Q6_K blocks). */
 #if defined(HYMT_X86)
 /* The same values as hymt_quantize_group_q8g: max|x| is exact in any order, inverse and scale are
  * the same two float32 divisions, x × inverse the same product, and vcvtps2dq rounds half to even
@@ -362,7 +356,6 @@ HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t c
             bsums = _mm512_dpbusd_epi32(bsums, ones, qs[k]); /* lane j: Σ of chunk j */
         }
         _mm512_storeu_si512((void *)a[b].nb32, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsums, 5)));
-        _mm512_storeu_ps(a[b].bsd, _mm512_mul_ps(_mm512_cvtepi32_ps(bsums), _mm512_set1_ps(d)));
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -414,7 +407,6 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
             }
             _mm256_storeu_si256((__m256i *)(a[b].nb32 + 8 * h),
                                 _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums, 5)));
-            _mm256_storeu_ps(a[b].bsd + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(bsums), _mm256_set1_ps(d)));
         }
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
@@ -422,7 +414,7 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
 }
 #endif
 
-/* One token's activations for the Q4_K / Q6_K int8 GEMMs; every variant stores the same bytes. */
+/* One token's activations for the Q6_K int8 GEMM; every variant stores the same bytes. */
 static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
 #if defined(HYMT_X86)
     if (hymt_active_isa == HYMT_ISA_AVX512) {
@@ -437,5 +429,125 @@ static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
     hymt_kq8 *a = (hymt_kq8 *)act;
     for (int64_t b = 0; b < cols / 256; b++) hymt_prepare_kq8_group_scalar(x + 256 * b, a + b);
 }
+
+/* ---- Q4_K: row-lane layout -----------------------------------------------------------------------
+ * Kernels that keep one int32 lane per OUTPUT ROW: a tile of 16 rows is decoded once per block into
+ * 64 vectors v[kd] (lane r = the 4 codes of row r at inputs 4kd..4kd+3), and each token's activation
+ * dword kd is broadcast against them (vpdpbusd / pmaddubsw / sdot by lane). The per-sub-block scales
+ * are then applied in exact integer arithmetic per row lane, and only a couple of float operations per
+ * (row, token, block) remain. The activations stay in natural order. */
+
+/* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values), 576 bytes (a multiple of
+ * 64: an array of groups keeps qs and qs4 64-byte aligned). */
+typedef struct {
+    int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
+    int8_t qs4[256];   /* the order of Q4_K's nibbles in 64-byte loads (fmt_q4_k.h): qs4[64(2h + e) + 32u + i] =
+                          q[128h + 64u + 32e + i] for h, e, u in {0, 1}, i < 32 */
+    int32_t nb8[8];    /* −8 · bsum_j: chain starts that centre the Q4_K codes (fmt_q4_k.h) */
+    int16_t bsum[8];   /* bsum_j = Σ q[32j .. 32j+32); dword i = (bsum[2i], bsum[2i+1]) as an int16 pair */
+    float d;           /* activation scale s of the group */
+    uint8_t pad[12];
+} hymt_k8;
+_Static_assert(sizeof(hymt_k8) == 576, "hymt_k8 keeps its members 64-byte aligned");
+
+static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
+
+/* Quantization by hymt_quantize_group_q8g (its ISA variants are bit-identical), then the sums. */
+static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
+    hymt_k8 *a = (hymt_k8 *)act;
+    for (int64_t b = 0; b < cols / 256; b++) {
+        hymt_q8g g;
+        hymt_quantize_group_q8g(x + 256 * b, &g);
+        memcpy(a[b].qs, g.qs, 256);
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++)
+                for (int u = 0; u < 2; u++)
+                    memcpy(a[b].qs4 + 64 * (2 * h + e) + 32 * u, g.qs + 128 * h + 64 * u + 32 * e, 32);
+        for (int j = 0; j < 8; j++) {
+            a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
+            a[b].nb8[j] = -8 * a[b].bsum[j];
+        }
+        a[b].d = g.d;
+        memset(a[b].pad, 0, sizeof a[b].pad);
+    }
+}
+
+HYMT_INLINE int32_t hymt_k8_dword(const hymt_k8 *a, int kd) {
+    int32_t v;
+    memcpy(&v, a->qs + 4 * kd, 4);
+    return v;
+}
+
+HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
+    int32_t v;
+    memcpy(&v, a->bsum + 2 * i, 4);
+    return v;
+}
+
+/* Up to HYMT_Q4_K_GEMV_MAX tokens the AVX-512 kernel reads the weights one row at a time (one sequential
+ * stream, at memory speed) and computes each block's exact integers with one lane per 4 inputs and a
+ * horizontal integer sum; above it, it decodes 16-row tiles (row lanes), which costs more per weight byte
+ * but far less per token. The integers are exact and the float steps identical: the same bits. */
+
+#if defined(HYMT_X86)
+/* Horizontal sums of 16 int32 vectors at once: lane i of the result = Σ of the lanes of v[i] (exact; a
+ * pairwise tree of unpacks and 128-bit shuffles, 45 operations instead of ~10 per vector). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_kq_hsum16(const __m512i v[16]) {
+    __m512i a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* 128-bit lane l: [v2i.x, v2i+1.x, v2i.y, v2i+1.y] partial sums */
+        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) /* 128-bit lane l: partial sums of v4i .. v4i+3 */
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0x44),
+                                _mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xDD));
+}
+#endif
+
+#if defined(HYMT_X86)
+/* Σ of the 8 int32 lanes (exact). */
+HYMT_TARGET_AVX2 HYMT_INLINE int32_t hymt_kq_hsum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+#endif
+
+/* Tokens per call of the row-lane kernels' inner tile, and per pass over the weights (a pass keeps one
+ * float accumulator vector per token on the stack; more tokens take more passes). */
+#define HYMT_K_TT 8
+#define HYMT_K_PASS 64
+
+#if defined(HYMT_X86)
+/* 16×16 dword transpose: out[k] lane r = in[r] lane k. Unpacks within 128-bit lanes, then a 4×4
+ * transpose of 128-bit lanes (64 shuffles). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose16(const __m512i in[16], __m512i out[16]) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    /* b[4i + m], 128-bit lane L: rows 4i..4i+3 of dword 4L + m */
+    for (int i = 0; i < 4; i++) {
+        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x44), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xEE);
+        __m512i e2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x44);
+        __m512i e3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xEE);
+        out[m] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+        out[4 + m] = _mm512_shuffle_i32x4(e0, e2, 0xDD);
+        out[8 + m] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+        out[12 + m] = _mm512_shuffle_i32x4(e1, e3, 0xDD);
+    }
+}
+#endif
 
 #endif /* HYMT_KQUANT_COMMON_H */
