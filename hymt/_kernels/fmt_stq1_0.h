@@ -244,11 +244,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
                     __m512i lanes[3][2]; /* [token][e]: row 4m+2h+e, 16 lanes */                        \
                     _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                                                       \
                         int i = 4 * m + 2 * h + e;                                                      \
-                        if (i >= rows) {                                                                \
-                            for (int t = 0; t < T; t++) lanes[t][e] = _mm512_setzero_si512();          \
-                            continue;                                                                   \
-                        }                                                                               \
-                        const uint8_t *blk = wt + i * row_bytes + b * STQ1_BYTES;                       \
+                        /* rows past the tile's end repeat its last row (lanes masked at the store) */  \
+                        const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES; \
                         _mm_prefetch((const char *)blk + 16 * row_bytes, HYMT_PREFETCH_HINT);           \
                         __m512i pl[4];                                                                  \
                         PLANES(blk, pl);                                                                \
