@@ -383,14 +383,12 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                 for (int c = 0; c < nc; c++)                                                            \
                     for (int h = 0; h < 2; h++) {                                                       \
                         __m512i rix[16];                                                                \
-                        for (int i = 0; i < 16; i++) {                                                  \
-                            if (16 * h + i >= rows) {                                                   \
-                                rix[i] = _mm512_setzero_si512();                                        \
-                                continue;                                                               \
-                            }                                                                           \
-                            const uint8_t *blk = wt + (16 * h + i) * row_bytes + (b0 + c) * STQ1_BYTES; \
+                        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                         \
+                            /* rows past the tile's end repeat its last row (masked at the store) */    \
+                            int row = 16 * h + i < rows ? 16 * h + i : rows - 1;                        \
+                            const uint8_t *blk = wt + row * row_bytes + (b0 + c) * STQ1_BYTES;          \
+                            /* one prefetch per block covers every line: blocks start in each line */   \
                             _mm_prefetch((const char *)blk + 32 * row_bytes, _MM_HINT_T0);              \
-                            _mm_prefetch((const char *)blk + 32 * row_bytes + STQ1_BYTES - 1, _MM_HINT_T0); \
                             __m512i nib = stq1_nibbles512(blk);                                         \
                             rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
                         }                                                                               \
@@ -399,7 +397,7 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                                                                      (b0 + c) * STQ1_BYTES + 38, 1));   \
                     }                                                                                   \
                 for (int64_t t0 = 0; t0 < n;) {                                                         \
-                    int tt = hymt_token_subtile(n - t0 < 8 ? n - t0 : 8);                               \
+                    int tt = (int)(n - t0 < 8 ? n - t0 : 8); /* n = 5..7 in one pass: lookups once */    \
                     for (int h = 0; h < 2; h++)                                                         \
                         for (int t = 0; t < tt; t++)                                                    \
                             _mm512_store_ps(facc[h][t], b0 == 0 ? _mm512_setzero_ps()                   \
@@ -408,7 +406,11 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                     for (int c = 0; c < nc; c++) {                                                      \
                         switch (tt) {                                                                   \
                         case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8); break;             \
+                        case 7: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 7); break;             \
+                        case 6: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 6); break;             \
+                        case 5: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 5); break;             \
                         case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4); break;             \
+                        case 3: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 3); break;             \
                         case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2); break;             \
                         default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1); break;            \
                         }                                                                               \
