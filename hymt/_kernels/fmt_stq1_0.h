@@ -15,12 +15,14 @@
  * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
  *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
  *
- * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV): per (row, block) 4 ops build the 64 lookup
- * indices in group order (zero-extend, word shift, mask; the raw sign bits are a byte mask adding
- * 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; a 16-row tile is
- * walked block by block with every row's sums in registers: two rows' 16-lane sums fold into one
- * vector right away (int16 pack + pairwise madd, exact), so per block and token 16 rows cost 24
- * fold ops + 9 lane shuffles/adds and the result has lane = row. The next tile is prefetched.
+ * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 4 ops
+ * build the 64 lookup indices in group order (zero-extend, word shift, mask; the raw sign bits are a
+ * byte mask adding 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; a
+ * 16-row tile is walked block by block with every row's sums in registers: two rows' 16-lane sums
+ * fold into one vector right away (int16 pack + pairwise madd, exact), so per block and token 16
+ * rows cost 24 fold ops + 9 lane shuffles/adds and the result has lane = row. About 14 vector ops
+ * per 42-byte row-block at n = 1, 8 of them the unavoidable lookups and dot products; the next tile
+ * (16 rows on) is prefetched while this one is decoded.
  * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
  * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
  * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
@@ -315,7 +317,8 @@ STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
  * groups for 16 rows, multiplied with the broadcast activation dword qs[64p + 4j] of each token: one
  * vpdpbusd per 4 weights × 16 rows × token, no reduction. Two 16-row halves share each broadcast
  * load (32 rows × up to 8 tokens per step), which keeps the loads below the dot-product rate.
- * Indices are built once per 32-row tile and block chunk and reused by every token sub-tile. */
+ * Indices are built once per 32-row tile and block chunk and reused by every token tile (min(n, 8)
+ * tokens, so 5..7 tokens need one pass of lookups, not two or three). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
