@@ -228,7 +228,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
 /* GEMV kernel: one 16-row tile × T ≤ 3 tokens, block by block. The 16 rows' planes of a block are
  * looked up one row at a time and each pair of rows' lane sums is folded right away (stq1_fold2), so
  * the 16 rows × T tokens stay in registers (no partial-sum buffer) and the reduction costs 12 packs
- * + 12 madds + 9 lane shuffles/adds per block and token instead of a 45-op transpose tree. The next
+ * + 12 madds + 9 lane shuffles/adds per block and token (a transpose-add tree of 16 vectors costs 45
+ * ops, 30 of them shuffles). The loops are unrolled so that every array lives in registers. The next
  * tile's block (16 rows further) is prefetched while this one is decoded. */
 #define STQ1_GEMV_TILE(NAME, TARGET, TABLES, PLANES)                                                    \
     TARGET HYMT_INLINE void NAME(const uint8_t *wt, size_t row_bytes, int rows, const hymt_q8g *a0,    \
@@ -240,11 +241,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
         __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* [token] */  \
         for (int64_t b = 0; b < nb; b++) {                                                              \
             __m512i quarter[3][4]; /* [token][m]: rows 4m..4m+3 per quarter */                          \
-            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                                               \
+            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                       \
                 __m512i pair[3][2]; /* [token][h]: rows 4m+2h, 4m+2h+1 */                                \
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                                           \
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                   \
                     __m512i lanes[3][2]; /* [token][e]: row 4m+2h+e, 16 lanes */                        \
-                    _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                                                       \
+                    _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                               \
                         int i = 4 * m + 2 * h + e;                                                      \
                         /* rows past the tile's end repeat its last row (lanes masked at the store) */  \
                         const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES; \
