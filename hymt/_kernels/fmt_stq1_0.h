@@ -235,7 +235,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
     TARGET HYMT_INLINE void NAME(const uint8_t *wt, size_t row_bytes, int rows, const hymt_q8g *a0,    \
                                  size_t ts, int64_t nb, float *yt, int64_t y_stride, const int T) {     \
         TABLES;                                                                                         \
-        const __m512i c16 = _mm512_set1_epi8(16);                                                       \
         const __m512i row_offsets = hymt_row_offsets(row_bytes);                                        \
         const __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                      \
         __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* [token] */  \
@@ -299,6 +298,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
     }
 
 #define STQ1_TABLES_VBMI                                                                                \
+    const __m512i c16 = _mm512_set1_epi8(16); /* the sign bit's index weight */                         \
     __m512i tab[4];                                                                                     \
     for (int p = 0; p < 4; p++) tab[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE[p])
 #define STQ1_TABLES_BW                                                                                  \
