@@ -341,7 +341,7 @@ def test_int8_product_extreme_codes_scales_and_activations(dtype: str) -> None:
 @pytest.mark.skipif(
     "avx512" not in ISAS or not kernels.cpu_features()["avx512vbmi"], reason="needs AVX-512 with VBMI"
 )
-@pytest.mark.parametrize("n", [1, 3, 4, 21])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 21])
 def test_stq1_avx512_without_vbmi_equals_scalar(n: int) -> None:
     """The plain AVX-512BW lookups (what AVX-512 CPUs without VBMI run) against the scalar reference."""
     rng = np.random.default_rng(8)
@@ -386,6 +386,19 @@ def test_q2_0c_activation_groups_at_the_quantizer_edges() -> None:
     scalar = matmul_isa("scalar", w, x)
     for isa in SIMD_ISAS:
         assert_same_floats(matmul_isa(isa, w, x), scalar)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_stq1_every_token_tile_size_equals_the_tokens_alone(isa: str) -> None:
+    """n = 1..9 runs every STQ1_0 token tile (row kernels: 1..3 tokens; batched: 4..8, then 8 + 1) on a
+    partial 16-row tile; each token must equal its scalar product computed alone."""
+    rng = np.random.default_rng(9)
+    cols, rows = 768, 37
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(9, cols, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(9)])
+    for n in range(1, 10):
+        assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
 
 
 @pytest.mark.parametrize("dtype", FORMATS)

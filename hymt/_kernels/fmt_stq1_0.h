@@ -15,11 +15,14 @@
  * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
  *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
  *
- * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV): per (row, block) 4 ops build the 64 lookup
- * indices in group order (zero-extend, word shift, mask; the raw sign bits are a byte mask adding
- * 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; rows are read in
- * memory order with a software prefetch, and the 16-lane int32 sums of 16 rows are reduced by one
- * transpose-add tree (lane = row) per block.
+ * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 4 ops
+ * build the 64 lookup indices in group order (zero-extend, word shift, mask; the raw sign bits are a
+ * byte mask adding 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; a
+ * 16-row tile is walked block by block with every row's sums in registers: two rows' 16-lane sums
+ * fold into one vector right away (int16 pack + pairwise madd, exact), so per block and token 16
+ * rows cost 24 fold ops + 9 lane shuffles/adds and the result has lane = row. About 14 vector ops
+ * per 42-byte row-block at n = 1, 8 of them the unavoidable lookups and dot products; the next tile
+ * (16 rows on) is prefetched while this one is decoded.
  * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
  * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
  * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
@@ -205,79 +208,109 @@ HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
             (pl)[p_] = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p_], nib_), neg_, tab1[p_], nib_); \
     } while (0)
 
-/* Row tile (16 rows) × token tile kernel. Each row's blocks are read in memory order (so the hardware
- * prefetchers stream the tile) for a chunk of blocks, the 16-lane partial sums are buffered, then per
- * block the 16 rows are reduced to one vector (lane = row) and accumulated in block order.
- * PLANES selects the lookup variant. */
-#define STQ1_GEMM_REDUCE_BODY(PLANES)                                                                   \
-    int64_t nb = cols / STQ1_BLOCK;                                                                     \
-    __m512i row_offsets = hymt_row_offsets(row_bytes);                                                  \
-    HYMT_ALIGNED64 int32_t partial[HYMT_LOWBIT_PARTIALS][16][16]; /* [token · chunk + block][row][lane] */ \
-    memset(partial, 0, sizeof partial);                                                                 \
-    for (int64_t r = r0; r < r1; r += 16) {                                                             \
-        int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                    \
-        __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                            \
-        const uint8_t *wt = w + r * row_bytes;                                                          \
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_LOWBIT_TOKEN_TILE) {                                    \
-            int tt = (int)(n - t0 < HYMT_LOWBIT_TOKEN_TILE ? n - t0 : HYMT_LOWBIT_TOKEN_TILE);          \
-            int chunk = HYMT_LOWBIT_PARTIALS / tt;                                                      \
-            const hymt_q8g *a0 = (const hymt_q8g *)(act + t0 * act_stride);                             \
-            size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */                      \
-            __m512 acc[HYMT_LOWBIT_TOKEN_TILE];                                                         \
-            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();                                  \
-            for (int64_t b0 = 0; b0 < nb; b0 += chunk) {                                                \
-                int nc = (int)(nb - b0 < chunk ? nb - b0 : chunk);                                      \
-                for (int i = 0; i < rows; i++) {                                                        \
-                    const uint8_t *blk = wt + i * row_bytes + b0 * STQ1_BYTES;                          \
-                    for (int c = 0; c < nc; c++, blk += STQ1_BYTES) {                                   \
+/* Exact 16-lane → quarter-lane folding of two rows' block sums (lanes |x| ≤ 16·2·127 = 4064, so the
+ * int16 saturation of packs never triggers): per 128-bit quarter, dwords [a0+a1, a2+a3, b0+b1, b2+b3].
+ * Applied twice it turns four rows into one vector holding, per quarter, the rows' quarter sums. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_fold2(__m512i a, __m512i b) {
+    return _mm512_madd_epi16(_mm512_packs_epi32(a, b), _mm512_set1_epi16(1));
+}
+
+/* q[m] quarter L: dword k = rows 4m + k summed over quarter L → lane i = row i (exact). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
+    __m512i f0 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_i32x4(q[0], q[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512i f1 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2], q[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_i32x4(q[2], q[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(f0, f1, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(f0, f1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* GEMV kernel: one 16-row tile × T ≤ 3 tokens, block by block. The 16 rows' planes of a block are
+ * looked up one row at a time and each pair of rows' lane sums is folded right away (stq1_fold2), so
+ * the 16 rows × T tokens stay in registers (no partial-sum buffer) and the reduction costs 12 packs
+ * + 12 madds + 9 lane shuffles/adds per block and token (a transpose-add tree of 16 vectors costs 45
+ * ops, 30 of them shuffles). The loops are unrolled so that every array lives in registers. The next
+ * tile's block (16 rows further) is prefetched while this one is decoded. */
+#define STQ1_GEMV_TILE(NAME, TARGET, TABLES, PLANES)                                                    \
+    TARGET HYMT_INLINE void NAME(const uint8_t *wt, size_t row_bytes, int rows, const hymt_q8g *a0,    \
+                                 size_t ts, int64_t nb, float *yt, int64_t y_stride, const int T) {     \
+        TABLES;                                                                                         \
+        const __m512i row_offsets = hymt_row_offsets(row_bytes);                                        \
+        const __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                      \
+        __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* [token] */  \
+        for (int64_t b = 0; b < nb; b++) {                                                              \
+            __m512i quarter[3][4]; /* [token][m]: rows 4m..4m+3 per quarter */                          \
+            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                       \
+                __m512i pair[3][2]; /* [token][h]: rows 4m+2h, 4m+2h+1 */                                \
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                   \
+                    __m512i lanes[3][2]; /* [token][e]: row 4m+2h+e, 16 lanes */                        \
+                    _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                               \
+                        int i = 4 * m + 2 * h + e;                                                      \
+                        /* rows past the tile's end repeat its last row (lanes masked at the store) */  \
+                        const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES; \
+                        _mm_prefetch((const char *)blk + 16 * row_bytes, HYMT_PREFETCH_HINT);           \
                         __m512i pl[4];                                                                  \
-                        _mm_prefetch((const char *)blk + HYMT_PREFETCH_BYTES, HYMT_PREFETCH_HINT);             \
                         PLANES(blk, pl);                                                                \
-                        for (int t = 0; t < tt; t++) {                                                  \
-                            const int8_t *q = a0[t * ts + b0 + c].qs;                                   \
+                        for (int t = 0; t < T; t++) {                                                   \
+                            const int8_t *q = a0[t * ts + b].qs;                                        \
                             __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0],              \
                                                             _mm512_loadu_si512((const void *)q));       \
                             s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));  \
                             s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128))); \
-                            s = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
-                            _mm512_store_si512((void *)partial[t * chunk + c][i], s);                   \
+                            lanes[t][e] = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
                         }                                                                               \
                     }                                                                                   \
+                    for (int t = 0; t < T; t++) pair[t][h] = stq1_fold2(lanes[t][0], lanes[t][1]);      \
                 }                                                                                       \
-                for (int c = 0; c < nc; c++) {                                                          \
-                    __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, (b0 + c) * STQ1_BYTES + 38, 1); \
-                    for (int t = 0; t < tt; t++) {                                                      \
-                        const hymt_q8g *g = a0 + t * ts + b0 + c;                                       \
-                        __m512i isum = _mm512_sub_epi32(                                                \
-                            hymt_reduce16_epi32((const __m512i *)partial[t * chunk + c]), _mm512_set1_epi32(g->sum)); \
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)), \
-                                                                     _mm512_cvtepi32_ps(isum)));       \
-                    }                                                                                   \
+                for (int t = 0; t < T; t++) quarter[t][m] = stq1_fold2(pair[t][0], pair[t][1]);         \
+            }                                                                                           \
+            __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * STQ1_BYTES + 38, 1);           \
+            for (int t = 0; t < T; t++) {                                                               \
+                const hymt_q8g *g = a0 + t * ts + b;                                                    \
+                __m512i isum = _mm512_sub_epi32(stq1_quarters_to_rows(quarter[t]), _mm512_set1_epi32(g->sum)); \
+                acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)),   \
+                                                             _mm512_cvtepi32_ps(isum)));               \
+            }                                                                                           \
+        }                                                                                               \
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(yt + t * y_stride, row_mask, acc[t]);         \
+    }
+
+/* Row tiles of 16 × token tiles of up to STQ1_GEMV_TOKENS. */
+#define STQ1_GEMV_TOKENS 3
+#define STQ1_GEMV(NAME, TARGET, TILE)                                                                   \
+    TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
+                            size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {  \
+        int64_t nb = cols / STQ1_BLOCK;                                                                 \
+        size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */                          \
+        for (int64_t r = r0; r < r1; r += 16) {                                                         \
+            int rows = (int)(r1 - r < 16 ? r1 - r : 16);                                                \
+            for (int64_t t0 = 0; t0 < n; t0 += STQ1_GEMV_TOKENS) {                                      \
+                const hymt_q8g *a0 = (const hymt_q8g *)(act + t0 * act_stride);                         \
+                const uint8_t *wt = w + r * row_bytes;                                                  \
+                float *yt = y + t0 * y_stride + r;                                                      \
+                switch (n - t0 < STQ1_GEMV_TOKENS ? n - t0 : STQ1_GEMV_TOKENS) {                        \
+                case 3: TILE(wt, row_bytes, rows, a0, ts, nb, yt, y_stride, 3); break;                  \
+                case 2: TILE(wt, row_bytes, rows, a0, ts, nb, yt, y_stride, 2); break;                  \
+                default: TILE(wt, row_bytes, rows, a0, ts, nb, yt, y_stride, 1); break;                 \
                 }                                                                                       \
             }                                                                                           \
-            for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, row_mask, acc[t]); \
         }                                                                                               \
     }
 
-HYMT_TARGET_AVX512VBMI static void stq1_gemm_avx512vbmi(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                        const uint8_t *act, size_t act_stride, int64_t n,
-                                                        int64_t cols, float *y, int64_t y_stride) {
-    __m512i tab[4];
-    for (int p = 0; p < 4; p++) tab[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE[p]);
-    const __m512i c16 = _mm512_set1_epi8(16);
-    STQ1_GEMM_REDUCE_BODY(STQ1_PLANES_VBMI)
-}
-
-HYMT_TARGET_AVX512 static void stq1_gemm_avx512bw(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
-                                                  float *y, int64_t y_stride) {
-    __m512i tab0[4], tab1[4];
-    for (int p = 0; p < 4; p++) {
-        tab0[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[0][p]);
-        tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);
+#define STQ1_TABLES_VBMI                                                                                \
+    const __m512i c16 = _mm512_set1_epi8(16); /* the sign bit's index weight */                         \
+    __m512i tab[4];                                                                                     \
+    for (int p = 0; p < 4; p++) tab[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE[p])
+#define STQ1_TABLES_BW                                                                                  \
+    __m512i tab0[4], tab1[4];                                                                           \
+    for (int p = 0; p < 4; p++) {                                                                       \
+        tab0[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[0][p]);                           \
+        tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);                           \
     }
-    STQ1_GEMM_REDUCE_BODY(STQ1_PLANES_BW)
-}
+STQ1_GEMV_TILE(stq1_gemv_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, STQ1_PLANES_VBMI)
+STQ1_GEMV_TILE(stq1_gemv_tile_bw, HYMT_TARGET_AVX512, STQ1_TABLES_BW, STQ1_PLANES_BW)
+STQ1_GEMV(stq1_gemm_avx512vbmi, HYMT_TARGET_AVX512VBMI, stq1_gemv_tile_vbmi)
+STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
 
 /* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
  * Per block, the 64-byte index vectors of 16 rows are transposed (16×16 dwords) so vector j holds the
@@ -285,7 +318,8 @@ HYMT_TARGET_AVX512 static void stq1_gemm_avx512bw(const uint8_t *w, size_t row_b
  * groups for 16 rows, multiplied with the broadcast activation dword qs[64p + 4j] of each token: one
  * vpdpbusd per 4 weights × 16 rows × token, no reduction. Two 16-row halves share each broadcast
  * load (32 rows × up to 8 tokens per step), which keeps the loads below the dot-product rate.
- * Indices are built once per 32-row tile and block chunk and reused by every token sub-tile. */
+ * Indices are built once per 32-row tile and block chunk and reused by every token tile (min(n, 8)
+ * tokens, so 5..7 tokens need one pass of lookups, not two or three). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
@@ -353,14 +387,12 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                 for (int c = 0; c < nc; c++)                                                            \
                     for (int h = 0; h < 2; h++) {                                                       \
                         __m512i rix[16];                                                                \
-                        for (int i = 0; i < 16; i++) {                                                  \
-                            if (16 * h + i >= rows) {                                                   \
-                                rix[i] = _mm512_setzero_si512();                                        \
-                                continue;                                                               \
-                            }                                                                           \
-                            const uint8_t *blk = wt + (16 * h + i) * row_bytes + (b0 + c) * STQ1_BYTES; \
+                        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                         \
+                            /* rows past the tile's end repeat its last row (masked at the store) */    \
+                            int row = 16 * h + i < rows ? 16 * h + i : rows - 1;                        \
+                            const uint8_t *blk = wt + row * row_bytes + (b0 + c) * STQ1_BYTES;          \
+                            /* one prefetch per block covers every line: blocks start in each line */   \
                             _mm_prefetch((const char *)blk + 32 * row_bytes, _MM_HINT_T0);              \
-                            _mm_prefetch((const char *)blk + 32 * row_bytes + STQ1_BYTES - 1, _MM_HINT_T0); \
                             __m512i nib = stq1_nibbles512(blk);                                         \
                             rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
                         }                                                                               \
@@ -369,7 +401,7 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                                                                      (b0 + c) * STQ1_BYTES + 38, 1));   \
                     }                                                                                   \
                 for (int64_t t0 = 0; t0 < n;) {                                                         \
-                    int tt = hymt_token_subtile(n - t0 < 8 ? n - t0 : 8);                               \
+                    int tt = (int)(n - t0 < 8 ? n - t0 : 8); /* n = 5..7 in one pass: lookups once */    \
                     for (int h = 0; h < 2; h++)                                                         \
                         for (int t = 0; t < tt; t++)                                                    \
                             _mm512_store_ps(facc[h][t], b0 == 0 ? _mm512_setzero_ps()                   \
@@ -378,7 +410,11 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                     for (int c = 0; c < nc; c++) {                                                      \
                         switch (tt) {                                                                   \
                         case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8); break;             \
+                        case 7: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 7); break;             \
+                        case 6: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 6); break;             \
+                        case 5: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 5); break;             \
                         case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4); break;             \
+                        case 3: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 3); break;             \
                         case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2); break;             \
                         default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1); break;            \
                         }                                                                               \
