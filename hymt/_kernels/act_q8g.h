@@ -1,8 +1,8 @@
 /* act_q8g.h — int8 quantization of activations in groups of 256 (REFERENCE.md §3.4).
  *
- * The default activation layout of the int8 GEMMs: one hymt_q8g per 256 inputs. Formats whose
- * kernels want another layout (a permuted or de-interleaved copy) provide their own prepare
- * function, which must quantize with exactly these values. */
+ * Every int8-path format quantizes its activations with exactly these values; each stores them in the
+ * layout its kernels want (hymt_q8g in plane order for STQ1_0 and Q2_0C, wider records for Q8_0 and
+ * the K-quants) through its own prepare function. */
 #ifndef HYMT_ACT_Q8G_H
 #define HYMT_ACT_Q8G_H
 
@@ -115,12 +115,6 @@ static inline void hymt_quantize_group_q8g(const float *x, hymt_q8g *g) {
 
 static inline size_t hymt_act_stride_q8g(int64_t cols) {
     return (size_t)(cols / HYMT_Q8G_SIZE) * sizeof(hymt_q8g);
-}
-
-/* cols must be a multiple of 256 (every int8-path format's rows are). */
-static inline void hymt_prepare_q8g(const float *x, int64_t cols, uint8_t *act) {
-    hymt_q8g *g = (hymt_q8g *)act;
-    for (int64_t b = 0; b < cols / HYMT_Q8G_SIZE; b++) hymt_quantize_group_q8g(x + 256 * b, g + b);
 }
 
 #endif /* HYMT_ACT_Q8G_H */

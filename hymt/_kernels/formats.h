@@ -46,11 +46,4 @@ static const hymt_format *hymt_format_by_name(const char *name) {
     return NULL;
 }
 
-/* NULL when the type id is not registered. */
-static const hymt_format *hymt_format_by_type_id(int type_id) {
-    for (int i = 0; i < HYMT_FORMAT_COUNT; i++)
-        if (hymt_formats[i].type_id == type_id) return hymt_formats[i].format;
-    return NULL;
-}
-
 #endif /* HYMT_FORMATS_H */

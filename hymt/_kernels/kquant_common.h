@@ -102,13 +102,6 @@ static inline float hymt_kq_tree16(const float *a) {
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-/* Weight codes in natural order, 16 chunks of 16 bytes -> kq layout (scalar / test helper). */
-static inline void hymt_kq_transpose_scalar(const uint8_t *natural, uint8_t *kq) {
-    for (int v = 0; v < 4; v++)
-        for (int j = 0; j < 16; j++)
-            for (int e = 0; e < 4; e++) kq[64 * v + 4 * j + e] = natural[16 * j + 4 * v + e];
-}
-
 #if defined(HYMT_X86)
 /* kq transpose of four 64-byte vectors of codes. Dword d (0..15) of n[s] holds weights 4(d % 4)..+3
  * of chunk cs[s][d / 4]; the permute tables below are built for the chunk lists of each format:

@@ -8,36 +8,14 @@
 
 /* Tokens sharing one decoded weight block in the per-row kernels. */
 #define HYMT_LOWBIT_TOKEN_TILE 8
-/* Buffered 16×16 int32 partial-sum tiles per thread (32 KB): blocks per chunk = this / tokens. */
-#define HYMT_LOWBIT_PARTIALS 32
 /* Batched (transposed) kernels run from this many tokens per call. */
 #define HYMT_LOWBIT_BATCH_MIN 4
-/* The row kernels read each row's blocks in memory order and prefetch this far ahead: the hardware
- * streamers alone leave most of the bandwidth unused at this compute density. */
+/* Cache level of the kernels' software prefetches. */
 #ifndef HYMT_PREFETCH_HINT
 #define HYMT_PREFETCH_HINT _MM_HINT_T0
 #endif
-#ifndef HYMT_PREFETCH_BYTES
-#define HYMT_PREFETCH_BYTES 4096
-#endif
 
 #if defined(HYMT_X86)
-/* 16 int32 accumulators a[i] (16 lanes each) → lane i = sum of the lanes of a[i]; exact. */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_reduce16_epi32(const __m512i *a) {
-    __m512i b[8], c[4], f[2];
-    for (int k = 0; k < 8; k++) /* lanes of each 128-bit quarter: [a0+a2, b0+b2, a1+a3, b1+b3] */
-        b[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]),
-                                _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]));
-    for (int k = 0; k < 4; k++) /* each quarter: rows 4k..4k+3 */
-        c[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * k], b[2 * k + 1]),
-                                _mm512_unpackhi_epi64(b[2 * k], b[2 * k + 1]));
-    for (int k = 0; k < 2; k++)
-        f[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                _mm512_shuffle_i32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 /* fp16 values at byte offset `at` of block b of up to 16 consecutive rows, as float32 lanes.
  * hi16: the value is the high half of the gathered dword (so the dword ends inside the block). */
 HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_gather_scales(const uint8_t *w, __m512i row_offsets, __mmask16 rows,
