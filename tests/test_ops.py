@@ -298,3 +298,32 @@ def test_layer_rejects_bad_segments_and_shapes():
                         np.array([0, n], np.int64), [fits], [fits.copy()])  # fmt: skip
     with pytest.raises(KernelError):
         layer.dense_ffn(*bufs[:3], np.zeros((n, 5), np.float32))
+
+
+def test_layer_attention_of_several_sessions_equals_each_alone():
+    """Several sessions' attention runs in one parallel region (tasks over every segment's tokens); each
+    token must get exactly what it gets alone, on one thread."""
+    h, H, K, D = 64, 16, 4, 128
+    layer, *_ = _dense_layer(h, H, K, D, 96)
+    sessions = [(100, 1), (37, 3), (260, 1), (5, 2)]  # (cached positions, new tokens): work crosses 2^17
+    caches = [(rand(300, K * D), rand(300, K * D)) for _ in sessions]
+    n = sum(rows for _, rows in sessions)
+    hidden, delta = rand(n, h), rand(n, h)
+    bounds = np.cumsum([0] + [rows for _, rows in sessions]).astype(np.int64)
+    positions = np.concatenate([np.arange(p, p + rows) for p, rows in sessions]).astype(np.int64)
+
+    def run(rows: slice, segs: list[int], threads: int) -> tuple[np.ndarray, np.ndarray]:
+        m = rows.stop - rows.start
+        hid, dl = hidden[rows].copy(), delta[rows].copy()
+        x, q, k, v, att = (np.empty((m, c), np.float32) for c in (h, H * D, K * D, K * D, H * D))
+        keys = [caches[s][0].copy() for s in segs]
+        values = [caches[s][1].copy() for s in segs]
+        b = (bounds[segs[0] : segs[-1] + 2] - bounds[segs[0]]).astype(np.int64)
+        layer.attention(hid, dl, x, q, k, v, att, positions[rows], b, keys, values, threads)
+        return att, dl
+
+    together, together_delta = run(slice(0, n), list(range(len(sessions))), 2)
+    for s in range(len(sessions)):
+        alone, alone_delta = run(slice(int(bounds[s]), int(bounds[s + 1])), [s], 1)
+        np.testing.assert_array_equal(together[bounds[s] : bounds[s + 1]], alone)
+        np.testing.assert_array_equal(together_delta[bounds[s] : bounds[s + 1]], alone_delta)

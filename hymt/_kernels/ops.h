@@ -22,8 +22,9 @@
 
 /* Below this many float operations a loop runs on the calling thread (a parallel region costs µs). */
 #define HYMT_OPS_PARALLEL_WORK 32768
-/* Attention work (multiply-adds of q·k) below which one thread is faster than waking the others. */
-#define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 20)
+/* Attention work (multiply-adds of q·k, all segments of a call) below which one thread is faster than
+ * waking the others: one decode token at ~64 positions (16 heads × 128 dims) is about this much. */
+#define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 17)
 /* Positions per tile of the attention value sum (a task's rows of a tile fit in L1). */
 #define HYMT_OPS_ATTENTION_TILE 32
 
@@ -242,39 +243,67 @@ __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float
 }
 #endif
 
-/* Causal grouped-query attention of n new tokens at positions start..start+n-1 whose keys and values
- * are already in the cache. q[n, H, D]; keys/values[cap, K, D] (cap >= start + n); out[n, H, D].
- * Query head h reads kv head h / (H / K). Tasks are (token, run of kv heads): a token's kv heads are
- * split into as few runs as still give every thread work. Returns -1 if scratch allocation failed. */
-static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
-                          int64_t H, int64_t K, int64_t D, float *out, int threads) {
+/* Causal grouped-query attention for S segments (sessions) in one parallel region. Segment s has rows[s]
+ * new tokens at positions starts[s].. whose keys and values are already in its cache; its queries and
+ * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [cap, K, D] (cap >=
+ * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (token, run of kv heads) over all
+ * segments: a token's kv heads are split into as few runs as still give every thread work. One region for
+ * the whole batch matters when several sessions decode together: one token each is too little work to
+ * share alone, together it is not. Each task computes its outputs exactly as alone, so results do not
+ * depend on the batch or the thread count. Returns -1 if scratch allocation failed. */
+static int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
+                                   const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
+                                   int64_t H, int64_t K, int64_t D, float *out, int threads) {
     hymt_attention_task_fn task_fn = hymt_attention_task_generic;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (__builtin_cpu_supports("avx2")) task_fn = hymt_attention_task_avx2;
 #endif
+    const int64_t group = H / K;
+    int64_t n = 0, max_span = 0;
+    double work = 0.0;
+    for (int64_t s = 0; s < S; s++) {
+        const int64_t span = starts[s] + rows[s];
+        n += rows[s];
+        max_span = span > max_span ? span : max_span;
+        work += (double)rows[s] * (double)(H * span * D);
+    }
+    if (n == 0) return 0;
+    int64_t *segment_of = (int64_t *)malloc((size_t)n * sizeof(int64_t)); /* [n] segment of each token */
+    if (segment_of == NULL) return -1;
+    for (int64_t s = 0, i = 0; s < S; s++)
+        for (int64_t t = 0; t < rows[s]; t++) segment_of[i++] = s;
     int failed = 0;
-    const int64_t group = H / K, span = start + n;
-    const int parallel = threads > 1 && n * H * span * D >= HYMT_OPS_ATTENTION_PARALLEL_WORK;
+    const int parallel = threads > 1 && work >= (double)HYMT_OPS_ATTENTION_PARALLEL_WORK;
     int64_t runs = parallel && n < threads ? (threads + n - 1) / n : 1; /* kv-head runs per token */
     runs = runs < K ? runs : K;
     const int64_t per = (K + runs - 1) / runs; /* kv heads per run */
     runs = (K + per - 1) / per;
 #pragma omp parallel num_threads(threads) if (parallel)
     {
-        float *scores = (float *)malloc((size_t)(per * group * span) * sizeof(float));
+        float *scores = (float *)malloc((size_t)(per * group * max_span) * sizeof(float));
         if (scores == NULL) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n * runs; task++) {
-            const int64_t kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
+            const int64_t i = task / runs, kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
             if (scores == NULL) continue;
-            task_fn(q, keys, values, start, task / runs, kv0, kv1, H, K, D, span, scores, out);
+            const int64_t s = segment_of[i], r = row0[s];
+            task_fn(q + r * H * D, keys[s], values[s], starts[s], i - r, kv0, kv1, H, K, D, starts[s] + rows[s],
+                    scores, out + r * H * D);
         }
         free(scores);
     }
+    free(segment_of);
     return failed ? -1 : 0;
+}
+
+/* One segment: n new tokens at positions start..start+n-1 (q[n, H, D], keys/values[cap, K, D], out[n, H, D]). */
+static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
+                          int64_t H, int64_t K, int64_t D, float *out, int threads) {
+    const int64_t row0 = 0;
+    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads);
 }
 
 static inline float hymt_sigmoid(float x) {

@@ -24,6 +24,9 @@ cdef extern from "ops.h" nogil:
                            int norm_first, int threads)
     int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n, int64_t H,
                        int64_t K, int64_t D, float *out, int threads)
+    int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
+                                const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
+                                int64_t H, int64_t K, int64_t D, float *out, int threads)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
 
@@ -230,9 +233,12 @@ cdef class Layer:
             raise KernelError("layer: invalid segments")
         if bounds[0] != 0 or bounds[S] != n:
             raise KernelError("layer: invalid segments")
-        # caches: [S] key then [S] value cache pointers, each [capacity, K*D]
+        # caches: [S] key then [S] value cache pointers, each [capacity, K*D]; segs: [S] starts, row0, rows
         cdef float **caches = <float **>malloc(2 * S * sizeof(float *))
-        if caches == NULL:
+        cdef int64_t *segs = <int64_t *>malloc(3 * S * sizeof(int64_t))
+        if caches == NULL or segs == NULL:
+            free(caches)
+            free(segs)
             raise MemoryError("layer cache pointers")
         cdef float[:, ::1] kc, vc
         cdef int status = 0
@@ -245,6 +251,7 @@ cdef class Layer:
                         or vc.shape[0] != kc.shape[0] or start + rows > kc.shape[0]):
                     raise KernelError("layer: invalid segments")
                 caches[s], caches[S + s] = &kc[0, 0], &vc[0, 0]
+                segs[s], segs[S + s], segs[2 * S + s] = start, r0, rows
             with nogil:
                 hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.attn_norm, &x[0, 0], n, h, self.eps,
                                       threads)
@@ -258,12 +265,14 @@ cdef class Layer:
                     start = positions[r0]
                     memcpy(caches[s] + start * kvw, &k[r0, 0], rows * kvw * sizeof(float))
                     memcpy(caches[S + s] + start * kvw, &v[r0, 0], rows * kvw * sizeof(float))
-                    status |= hymt_attention(&q[r0, 0], caches[s], caches[S + s], start, rows, H, K, D,
-                                             &attended[r0, 0], threads)
+                status |= hymt_attention_segments(&q[0, 0], <const float *const *>caches,
+                                                  <const float *const *>(caches + S), segs, segs + S,
+                                                  segs + 2 * S, S, H, K, D, &attended[0, 0], threads)
                 status |= _mm.matmul(self.wo.f, self.wo.w, h, H * D, &attended[0, 0], n, &delta[0, 0],
                                      self.float_path)
         finally:
             free(caches)
+            free(segs)
         if status:
             raise MemoryError("kernel scratch allocation failed")
 
