@@ -141,41 +141,28 @@ static void hymt_gemm_stq1_0_scalar(const uint8_t *w, size_t row_bytes, int64_t 
 /* ---- AVX-512 ---- */
 #if defined(HYMT_X86)
 
-/* Lane-plane tables (generated from STQ1_CODEBOOK): STQ1_PLANE_TABLE[p][i] = lane p of entry i & 31
- * (64 entries for vpermb, whose index keeps 6 bits); STQ1_PLANE_TABLE16[s][p] = lane p of entries
- * 16s..16s+15 repeated in every 16-byte lane (vpshufb). */
-static const uint8_t STQ1_PLANE_TABLE[4][64] = {
-    {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-     1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2,
-     2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2},
-    {2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2,
-     2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2},
-    {2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1,
-     2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1},
-};
-static const uint8_t STQ1_PLANE_TABLE16[2][4][64] = {
-    {
-        {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
-         1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
-        {2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0,
-         2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0, 2, 2, 2, 2, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0},
-        {2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0,
-         2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 1, 2, 2, 0, 0},
-        {2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1,
-         2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 1, 1, 1},
-    },
-    {
-        {1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-         1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2,
-         0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2},
-        {0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2,
-         0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 1, 1, 1, 0, 0, 2, 2},
-        {0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1,
-         0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 1, 1},
-    },
-};
+/* Lane-plane tables, derived from STQ1_CODEBOOK in registers: byte i of `entries` holds a codebook
+ * byte, byte i of plane p its 2-bit lane p (the word shift brings no foreign bits into bits 0..1). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_lane_plane512(__m512i entries, int p) {
+    return _mm512_and_si512(_mm512_srli_epi16(entries, 2 * p), _mm512_set1_epi8(3));
+}
+
+/* vpermb tables: tab[p] byte i = lane p of entry i & 31 (the index keeps 6 bits; entries repeat). */
+HYMT_TARGET_AVX512 HYMT_INLINE void stq1_tables_vbmi(__m512i tab[4]) {
+    __m512i entries = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)STQ1_CODEBOOK));
+    for (int p = 0; p < 4; p++) tab[p] = stq1_lane_plane512(entries, p);
+}
+
+/* vpshufb tables: tab0[p] / tab1[p] byte i = lane p of entry (i & 15) / 16 + (i & 15), the sign-0 and
+ * sign-1 halves of the codebook repeated in every 16-byte lane. */
+HYMT_TARGET_AVX512 HYMT_INLINE void stq1_tables_bw(__m512i tab0[4], __m512i tab1[4]) {
+    __m512i sign0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)STQ1_CODEBOOK));
+    __m512i sign1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(STQ1_CODEBOOK + 16)));
+    for (int p = 0; p < 4; p++) {
+        tab0[p] = stq1_lane_plane512(sign0, p);
+        tab1[p] = stq1_lane_plane512(sign1, p);
+    }
+}
 
 /* The 64 nibbles of a block in group order, one per byte: word i of the zero-extended bytes holds
  * byte i; (w | w << 4) & 0x0f0f puts its low nibble (group 2i) in the low byte and its high nibble
@@ -300,13 +287,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
 #define STQ1_TABLES_VBMI                                                                                \
     const __m512i c16 = _mm512_set1_epi8(16); /* the sign bit's index weight */                         \
     __m512i tab[4];                                                                                     \
-    for (int p = 0; p < 4; p++) tab[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE[p])
+    stq1_tables_vbmi(tab)
 #define STQ1_TABLES_BW                                                                                  \
     __m512i tab0[4], tab1[4];                                                                           \
-    for (int p = 0; p < 4; p++) {                                                                       \
-        tab0[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[0][p]);                           \
-        tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);                           \
-    }
+    stq1_tables_bw(tab0, tab1)
 STQ1_GEMV_TILE(stq1_gemv_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, STQ1_PLANES_VBMI)
 STQ1_GEMV_TILE(stq1_gemv_tile_bw, HYMT_TARGET_AVX512, STQ1_TABLES_BW, STQ1_PLANES_BW)
 STQ1_GEMV(stq1_gemm_avx512vbmi, HYMT_TARGET_AVX512VBMI, stq1_gemv_tile_vbmi)
@@ -361,15 +345,13 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                  __mmask64 neg0 = _mm512_test_epi8_mask(x0, _mm512_set1_epi8(16));
                  __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW)
 
-#define STQ1_GEMM_TILES(NAME, TARGET, TILE, TABLE0)                                                     \
+#define STQ1_GEMM_TILES(NAME, TARGET, TILE, VBMI)                                                       \
     TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
                             size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {  \
         int64_t nb = cols / STQ1_BLOCK;                                                                 \
         __m512i tab0[4], tab1[4]; /* VBMI: 32-entry plane tables; BW: sign-0 / sign-1 tables */        \
-        for (int p = 0; p < 4; p++) {                                                                   \
-            tab0[p] = _mm512_loadu_si512((const void *)TABLE0[p]);                                      \
-            tab1[p] = _mm512_loadu_si512((const void *)STQ1_PLANE_TABLE16[1][p]);                       \
-        }                                                                                               \
+        stq1_tables_bw(tab0, tab1);                                                                     \
+        if (VBMI) stq1_tables_vbmi(tab0);                                                               \
         const __m512i c16 = _mm512_set1_epi8(16);                                                       \
         __m512i row_offsets = hymt_row_offsets(row_bytes);                                              \
         HYMT_ALIGNED64 __m512i ix[STQ1_TILE_BLOCKS][2][16]; /* [block][half][j] lane i: groups 4j.. */  \
@@ -429,8 +411,8 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
         }                                                                                               \
     }
 
-STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, STQ1_PLANE_TABLE)
-STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, STQ1_PLANE_TABLE16[0])
+STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1)
+STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0)
 
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
@@ -455,10 +437,12 @@ HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_
                                                    const uint8_t *act, size_t act_stride, int64_t n,
                                                    int64_t cols, float *y, int64_t y_stride) {
     int64_t nb = cols / STQ1_BLOCK;
-    __m256i tab0[4], tab1[4];
+    __m256i tab0[4], tab1[4]; /* sign-0 / sign-1 vpshufb tables, as stq1_tables_bw */
+    const __m256i sign0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)STQ1_CODEBOOK));
+    const __m256i sign1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(STQ1_CODEBOOK + 16)));
     for (int p = 0; p < 4; p++) {
-        tab0[p] = _mm256_loadu_si256((const __m256i *)STQ1_PLANE_TABLE16[0][p]);
-        tab1[p] = _mm256_loadu_si256((const __m256i *)STQ1_PLANE_TABLE16[1][p]);
+        tab0[p] = _mm256_and_si256(_mm256_srli_epi16(sign0, 2 * p), _mm256_set1_epi8(3));
+        tab1[p] = _mm256_and_si256(_mm256_srli_epi16(sign1, 2 * p), _mm256_set1_epi8(3));
     }
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                                             3, 3, 3, 3, 3, 3, 3);
