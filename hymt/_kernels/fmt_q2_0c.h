@@ -189,6 +189,27 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i q2c_bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
+/* The 64 code bytes of half h of block b for a tile's rows (rows past `rows` read as 0), transposed so
+ * that c[j] lane i holds bytes 4j..4j+3 of row i; one step of the prefetch Q2C_PREFETCH_TILES tiles ahead
+ * (pf advances by pf_step). */
+HYMT_TARGET_AVX512 HYMT_INLINE void q2c_half_codes(const uint8_t *wt, size_t row_bytes, int rows, int64_t b, int h,
+                                                   const uint8_t **pf, size_t pf_step, __m512i c[16]) {
+    __m512i rc[16];
+    for (int i = 0; i < 16; i++)
+        rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
+                         : _mm512_setzero_si512();
+    for (size_t k = 0; k < pf_step + 64; k += 64) _mm_prefetch((const char *)*pf + k, _MM_HINT_T1);
+    *pf += pf_step;
+    hymt_transpose16_epi32(rc, c);
+}
+
+/* The float step of one half for 16 rows: s = Σ code·q (exact), isum = 2s − 3·Σq, and
+ * facc + (d × s_group) × f32(isum), the fixed sequence of the header comment. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512 q2c_half_epilogue(__m512 facc, __m512i s, __m512 d, const hymt_q8g *g) {
+    __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(3 * g->sum));
+    return _mm512_add_ps(facc, _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g->d)), _mm512_cvtepi32_ps(isum)));
+}
+
 /* ---- AVX-512 small-batch kernel (n < Q2C_BATCH_MIN): lane = row, codes transposed per half ----
  * The 64 code bytes of 16 rows are loaded side by side and transposed (16×16 dwords): vector j
  * holds code bytes 4j..4j+3 of every row. A mask gives plane p scaled, 4^p · code, so each plane
@@ -208,13 +229,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
     for (int64_t b = 0; b < nb; b++) {
         __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
         for (int h = 0; h < 2; h++) {
-            __m512i rc[16], c[16];
-            for (int i = 0; i < 16; i++)
-                rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
-                                 : _mm512_setzero_si512();
-            for (size_t k = 0; k < pf_step + 64; k += 64) _mm_prefetch((const char *)pf + k, _MM_HINT_T1);
-            pf += pf_step;
-            hymt_transpose16_epi32(rc, c);
+            __m512i c[16];
+            q2c_half_codes(wt, row_bytes, rows, b, h, &pf, pf_step, c);
             __m512i acc[4][4]; /* [token][plane] */
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] =
                 _mm512_setzero_si512();
@@ -233,9 +249,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc[t][1], 2)),
                                              _mm512_add_epi32(_mm512_srai_epi32(acc[t][2], 4), _mm512_srai_epi32(acc[t][3], 6)));
-                __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(3 * g[t * ts].sum));
-                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g[t * ts].d)),
-                                                               _mm512_cvtepi32_ps(isum)));
+                facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
             }
         }
     }
@@ -257,13 +271,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
     for (int64_t b = 0; b < nb; b++) {
         __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
         for (int h = 0; h < 2; h++) {
-            __m512i rc[16], c[16];
-            for (int i = 0; i < 16; i++)
-                rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
-                                 : _mm512_setzero_si512();
-            for (size_t k = 0; k < pf_step + 64; k += 64) _mm_prefetch((const char *)pf + k, _MM_HINT_T1);
-            pf += pf_step;
-            hymt_transpose16_epi32(rc, c);
+            __m512i c[16];
+            q2c_half_codes(wt, row_bytes, rows, b, h, &pf, pf_step, c);
             __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
@@ -281,9 +290,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
             }
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
-                __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(3 * g[t * ts].sum));
-                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(g[t * ts].d)),
-                                                               _mm512_cvtepi32_ps(isum)));
+                facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
             }
         }
     }
