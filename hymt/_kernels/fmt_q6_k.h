@@ -137,12 +137,8 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const hy
 HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
-    static const int chunks[4][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}};
-    int32_t t1[4][16], t2[2][16];
-    hymt_kq_perm_build(chunks, t1, t2);
     __m512i s1[4], s2[2];
-    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
-    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
+    hymt_kq_perms_avx512(s1, s2);
 
     const int64_t nb = cols / 256;
     if (n >= HYMT_KQ_BATCH_MIN) {

@@ -103,14 +103,10 @@ static inline float hymt_kq_tree16(const float *a) {
 }
 
 #if defined(HYMT_X86)
-/* kq transpose of four 64-byte vectors of codes. Dword d (0..15) of n[s] holds weights 4(d % 4)..+3
- * of chunk cs[s][d / 4]; the permute tables below are built for the chunk lists of each format:
- * stage 1 gathers dwords {0, 1} (lo) and {2, 3} (hi) of the 8 chunks of (n0, n1) and of (n2, n3),
- * ordered 2·(chunk % 8) + (dword % 2); stage 2 picks out vector v lane j = chunk j, dword v. */
-typedef struct {
-    int32_t s1[4][16]; /* lo01, hi01, lo23, hi23 */
-    int32_t s2[2][16]; /* even / odd dword */
-} hymt_kq_perm;
+/* kq transpose of four 64-byte vectors in natural order: dword d (0..15) of n[s] holds weights
+ * 4(d % 4)..+3 of chunk 4s + d / 4. Stage 1 (s1: lo01, hi01, lo23, hi23) gathers dwords {0, 1} (lo) and
+ * {2, 3} (hi) of the 8 chunks of (n0, n1) and of (n2, n3), ordered 2·(chunk % 8) + (dword % 2); stage 2
+ * (s2: even / odd dword) picks out vector v lane j = chunk j, dword v. */
 
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose_avx512(const __m512i s1[4], const __m512i s2[2],
                                                              __m512i n0, __m512i n1, __m512i n2,
@@ -126,24 +122,21 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose_avx512(const __m512i s1[4]
 }
 #endif
 
-/* Stage tables for chunk lists cs[4][4] (chunks of n0..n3 in dword order; n0 ∪ n1 = chunks 0..7,
- * n2 ∪ n3 = chunks 8..15). Built once per format at first use (pure function of constants). */
-static inline void hymt_kq_perm_build(const int cs[4][4], int32_t s1[4][16], int32_t s2[2][16]) {
+#if defined(HYMT_X86)
+/* The stage permutations of hymt_kq_transpose_avx512 (a pure function of constants). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_perms_avx512(__m512i s1[4], __m512i s2[2]) {
+    int32_t t1[4][16], t2[2][16];
     for (int pair = 0; pair < 2; pair++)
         for (int half = 0; half < 2; half++)
             for (int c = 0; c < 8; c++)
-                for (int e = 0; e < 2; e++) {
-                    int chunk = 8 * pair + c, dword = 2 * half + e, src = -1;
-                    for (int s = 2 * pair; s < 2 * pair + 2; s++)
-                        for (int p = 0; p < 4; p++)
-                            if (cs[s][p] == chunk) src = 16 * (s - 2 * pair) + 4 * p + dword;
-                    s1[2 * pair + half][2 * c + e] = src;
-                }
+                for (int e = 0; e < 2; e++) /* chunk 8·pair + c sits in n[2·pair + c / 4], dwords 4(c % 4).. */
+                    t1[2 * pair + half][2 * c + e] = 16 * (c / 4) + 4 * (c % 4) + 2 * half + e;
     for (int e = 0; e < 2; e++)
-        for (int j = 0; j < 16; j++) s2[e][j] = j < 8 ? 2 * j + e : 16 + 2 * (j - 8) + e;
+        for (int j = 0; j < 16; j++) t2[e][j] = j < 8 ? 2 * j + e : 16 + 2 * (j - 8) + e;
+    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
+    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
 }
 
-#if defined(HYMT_X86)
 /* AVX2 form of the tree: lanes 0..7 in lo, 8..15 in hi. */
 HYMT_TARGET_AVX2 static inline float hymt_kq_tree16_avx2(__m256 lo, __m256 hi) {
     __m256 b = _mm256_add_ps(lo, hi);
@@ -307,12 +300,8 @@ static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb
  * like nearbyintf (both follow MXCSR, round-to-nearest), and the clamp comes first (it only acts
  * when 127 / max overflows, for subnormal groups). Groups with NaN or infinity take the scalar code. */
 HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t cols, uint8_t *act) {
-    static const int chunks[4][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}};
-    int32_t t1[4][16], t2[2][16];
-    hymt_kq_perm_build(chunks, t1, t2);
     __m512i s1[4], s2[2];
-    for (int i = 0; i < 4; i++) s1[i] = _mm512_loadu_si512((const void *)t1[i]);
-    for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
+    hymt_kq_perms_avx512(s1, s2);
     hymt_kq8 *a = (hymt_kq8 *)act;
     for (int64_t b = 0; b < cols / 256; b++, x += 256) {
         __m512 v[16], amax = _mm512_setzero_ps();
