@@ -107,7 +107,6 @@ static inline float hymt_kq_tree16(const float *a) {
  * 4(d % 4)..+3 of chunk 4s + d / 4. Stage 1 (s1: lo01, hi01, lo23, hi23) gathers dwords {0, 1} (lo) and
  * {2, 3} (hi) of the 8 chunks of (n0, n1) and of (n2, n3), ordered 2·(chunk % 8) + (dword % 2); stage 2
  * (s2: even / odd dword) picks out vector v lane j = chunk j, dword v. */
-
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose_avx512(const __m512i s1[4], const __m512i s2[2],
                                                              __m512i n0, __m512i n1, __m512i n2,
                                                              __m512i n3, __m512i out[4]) {
