@@ -376,6 +376,22 @@ def build_vocabulary(preset: Preset) -> Vocabulary:
     return Vocabulary(tokens, token_types, merges, pre, *ids, template=template)
 
 
+def add_vocabulary(writer: GGUFWriter, vocab: Vocabulary) -> None:
+    """The ``tokenizer.*`` metadata of a synthetic vocabulary, as the official converter writes it."""
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_string("tokenizer.ggml.pre", vocab.pre)
+    writer.add_array("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING)
+    writer.add_array("tokenizer.ggml.token_type", vocab.token_types, GGUFValueType.INT32)
+    writer.add_array("tokenizer.ggml.merges", vocab.merges, GGUFValueType.STRING)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", vocab.bos_id)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
+    if vocab.eot_id is not None:
+        writer.add_uint32("tokenizer.ggml.eot_token_id", vocab.eot_id)
+    writer.add_uint32("tokenizer.ggml.padding_token_id", vocab.pad_id)
+    writer.add_bool("tokenizer.ggml.add_bos_token", False)  # the template already starts with BOS
+    writer.add_string("tokenizer.chat_template", vocab.template)
+
+
 # -- tensors -----------------------------------------------------------------------------------------------
 
 
@@ -601,18 +617,7 @@ def write_synthetic_model(path: str | Path, preset: str, fmt: str, seed: int = 0
         writer.add_bool(f"{arch}.expert_weights_norm", True)
         writer.add_float32(f"{arch}.expert_weights_scale", EXPERT_WEIGHTS_SCALE)
 
-    writer.add_string("tokenizer.ggml.model", "gpt2")
-    writer.add_string("tokenizer.ggml.pre", vocab.pre)
-    writer.add_array("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING)
-    writer.add_array("tokenizer.ggml.token_type", vocab.token_types, GGUFValueType.INT32)
-    writer.add_array("tokenizer.ggml.merges", vocab.merges, GGUFValueType.STRING)
-    writer.add_uint32("tokenizer.ggml.bos_token_id", vocab.bos_id)
-    writer.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
-    if vocab.eot_id is not None:
-        writer.add_uint32("tokenizer.ggml.eot_token_id", vocab.eot_id)
-    writer.add_uint32("tokenizer.ggml.padding_token_id", vocab.pad_id)
-    writer.add_bool("tokenizer.ggml.add_bos_token", False)  # the template already starts with BOS
-    writer.add_string("tokenizer.chat_template", vocab.template)
+    add_vocabulary(writer, vocab)
 
     for index, spec in enumerate(tensor_specs(p)):
         dtype = tensor_dtype(spec, p, fmt)

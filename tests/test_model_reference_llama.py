@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from llama_reference import open_llama
 from model_reference import ReferenceModel, relative_l2
 
 import hymt
@@ -34,26 +35,7 @@ def hymt_logits(path, tokens: list[int], float_path: bool = False) -> np.ndarray
 
 
 def llama_logits(path, tokens: list[int]) -> np.ndarray:
-    llama_cpp = pytest.importorskip("llama_cpp")
-    import llama_cpp.llama as llama_module
-
-    # llama-cpp-python 0.3.36 crashes in decode on quantized models through the CPU "extra buffer types"
-    # (AMX/repack) on AVX-512 machines; plain CPU buffers compute the same products.
-    default_params = llama_cpp.llama_model_default_params
-
-    def plain_buffers():
-        params = default_params()
-        params.use_extra_bufts = False
-        return params
-
-    llama_module.llama_cpp.llama_model_default_params = plain_buffers
-    try:
-        llama = llama_cpp.Llama(
-            model_path=str(path), logits_all=True, n_ctx=PROMPT + STEPS, n_batch=PROMPT + STEPS,
-            n_threads=2, verbose=False,
-        )  # fmt: skip
-    finally:
-        llama_module.llama_cpp.llama_model_default_params = default_params
+    llama = open_llama(path, logits_all=True, n_ctx=PROMPT + STEPS, n_batch=PROMPT + STEPS, n_threads=2)
     llama.eval(tokens)
     scores = np.array(llama.scores[: len(tokens)], dtype=np.float32)
     llama.close()

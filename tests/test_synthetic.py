@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
+from llama_reference import open_llama
 from shared_data import shared_file
 
 from hymt.errors import HymtError
@@ -18,6 +19,7 @@ from hymt.synthetic import (
     HY_7B_TEMPLATE,
     HY_18B_TEMPLATE,
     PRESETS,
+    add_vocabulary,
     build_vocabulary,
     ensure_synthetic_model,
     random_blocks,
@@ -514,22 +516,7 @@ def test_command_line(tmp_path):
 
 
 def _llama(path):
-    llama_cpp = pytest.importorskip("llama_cpp")
-    import llama_cpp.llama as llama_module
-
-    default_params = llama_cpp.llama_model_default_params
-
-    def params():
-        # The CPU "extra buffer types" (AMX / repacked weights) crash on some machines; plain CPU buffers.
-        p = default_params()
-        p.use_extra_bufts = False
-        return p
-
-    llama_module.llama_cpp.llama_model_default_params = params
-    try:
-        return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, verbose=False)
-    finally:
-        llama_module.llama_cpp.llama_model_default_params = default_params
+    return open_llama(path, n_ctx=128, n_batch=128, logits_all=True)
 
 
 @pytest.mark.reference
@@ -563,20 +550,12 @@ def test_llama_cpp_tokenizes_the_synthetic_vocabulary_like_hymt(tmp_path, preset
     from hymt.gguf import GGUFWriter
     from hymt.tokenizer import Tokenizer
 
-    llama_cpp = pytest.importorskip("llama_cpp")
     vocab = build_vocabulary(PRESETS[preset])
     writer = GGUFWriter(tmp_path / "vocab.gguf")
     writer.add_string("general.architecture", "hunyuan-dense")
-    writer.add_string("tokenizer.ggml.model", "gpt2")
-    writer.add_string("tokenizer.ggml.pre", vocab.pre)
-    writer.add_array("tokenizer.ggml.tokens", vocab.tokens, GGUFValueType.STRING)
-    writer.add_array("tokenizer.ggml.token_type", vocab.token_types, GGUFValueType.INT32)
-    writer.add_array("tokenizer.ggml.merges", vocab.merges, GGUFValueType.STRING)
-    writer.add_uint32("tokenizer.ggml.bos_token_id", vocab.bos_id)
-    writer.add_uint32("tokenizer.ggml.eos_token_id", vocab.eos_id)
-    writer.add_string("tokenizer.chat_template", vocab.template)
+    add_vocabulary(writer, vocab)
     path = writer.write()
-    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    llm = open_llama(path, vocab_only=True)
     tokenizer = Tokenizer.from_gguf(path)
     texts = [
         "Hello, world. The quick brown fox jumps over the lazy dog!",
