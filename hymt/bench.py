@@ -231,6 +231,7 @@ def _run_hymt(model: Any, args: Any, prompt: str, threads: int, load_ms: float) 
         "kernel": kernels.isa(),
         "load_ms": load_ms,
         "peak_rss_bytes": peak_rss_bytes(),
+        "huge_page_bytes": model.gguf.huge_page_bytes(),  # of the file mapping: 4 KiB pages decode slower
         "profile": model.profile,
         "prompt_token_ids": ids,
         "runs": runs,
@@ -340,6 +341,7 @@ def llama_cpp_child() -> None:
     import numpy as np
     from llama_cpp import Llama, llama_cpp
 
+    from hymt.hugepages import mapped_huge_bytes
     from hymt.sampling import Sampler, SamplingParams
 
     params = json.loads(sys.stdin.read())
@@ -410,6 +412,7 @@ def llama_cpp_child() -> None:
         "n_batch": LLAMA_CPP_BATCH,
         "n_ctx": params["n_ctx"],
         "peak_rss_bytes": peak_rss_bytes(),
+        "huge_page_bytes": mapped_huge_bytes(params["path"]),  # of its file mapping, as for hymt
         "threads": threads,
         "timing": {
             "decode_ms": decode_ms,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from hymt import hugepages
 from hymt.errors import GGUFError
 from hymt.gguf_format import (
     ARRAY_MIN_ELEMENT_BYTES,
@@ -281,6 +282,7 @@ class GGUFFile:
             buf: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else b""
         if isinstance(buf, mmap.mmap):
             self._mmap = buf
+            hugepages.map_in_huge_pages(buf, self.path)  # before hashing or the weights touch every page
         self._buf = buf
         try:
             raw_tensors = self._parse_header(buf)
@@ -420,6 +422,10 @@ class GGUFFile:
             raise GGUFError(f"GGUF file {self.path} is closed")
         data = np.frombuffer(self._mmap, np.uint8, info.byte_len, info.offset)
         return GGUFTensor(info, data)
+
+    def huge_page_bytes(self) -> int | None:
+        """Bytes of this file mapped with 2 MiB pages in this process (``None`` where the OS does not say)."""
+        return hugepages.mapped_huge_bytes(self.path)
 
     def get_str(self, key: str, default: Any = _MISSING) -> str:
         return self._get(key, default, "string", lambda kind, v: kind == GGUFValueType.STRING, str)

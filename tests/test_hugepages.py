@@ -1,0 +1,53 @@
+"""Weights mapped in 2 MiB pages even when the page cache held the file in small folios."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hymt import hugepages
+from hymt.gguf import GGUFFile, GGUFWriter
+
+MIB = 1024 * 1024
+
+needs_thp = pytest.mark.skipif(
+    not hugepages.thp_enabled() or not hasattr(mmap, "MADV_HUGEPAGE") or not hasattr(os, "posix_fadvise"),
+    reason="transparent huge pages are off or absent here",
+)
+
+
+def _plainly_mapped_huge_bytes(path: Path) -> int:
+    """Touch every page of ``path`` through a fresh mapping without any advice; bytes in 2 MiB pages."""
+    with open(path, "rb") as f:
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = np.frombuffer(mapping, np.uint8)
+    int(view[::4096].sum())
+    huge = hugepages.mapped_huge_bytes(path) or 0
+    del view
+    mapping.close()
+    return huge
+
+
+@needs_thp
+def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)  # a small file stands in for a model
+    writer = GGUFWriter(tmp_path / "written.gguf")
+    weights = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
+    writer.add_tensor("w", [2048, 2048], "F32", weights)
+    content = writer.write().read_bytes()
+    path = tmp_path / "model.gguf"
+    with open(path, "wb", buffering=0) as f:  # 4 KiB writes leave the page cache in 4 KiB folios
+        for start in range(0, len(content), 4096):
+            f.write(content[start : start + 4096])
+    if _plainly_mapped_huge_bytes(path) >= 2 * MIB:
+        pytest.skip("this kernel cached a file written in 4 KiB pieces in huge folios anyway")
+
+    with GGUFFile(path) as gguf:
+        data = gguf.tensor("w").data
+        assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)  # read back intact
+        assert gguf.huge_page_bytes() >= 12 * MIB  # of the 16 MiB, if this kernel can at all
+        del data
