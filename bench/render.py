@@ -13,21 +13,29 @@ from typing import Any
 
 
 def kernel_tables(report: dict[str, Any]) -> str:
-    lines = ["| threads | read GB/s | int8 peak GMAC/s |", "|---:|---:|---:|"]
+    amx = any(c.get("amx_int8_peak_gmac_s") for c in report["ceilings"].values())
+    lines = [
+        "| threads | read GB/s | int8 peak GMAC/s |" + (" AMX peak GMAC/s |" if amx else ""),
+        "|---:|---:|---:|" + ("---:|" if amx else ""),
+    ]
     for threads, ceiling in sorted(report["ceilings"].items()):
-        lines.append(f"| {threads} | {ceiling['read_gb_s']:.1f} | {ceiling['int8_peak_gmac_s']:.0f} |")
+        extra = f" {ceiling['amx_int8_peak_gmac_s'] or 0:.0f} |" if amx else ""
+        lines.append(f"| {threads} | {ceiling['read_gb_s']:.1f} | {ceiling['int8_peak_gmac_s']:.0f} |{extra}")
     lines += [
         "",
-        "| format | n | threads | µs/call | weight GB/s | int8 GOP/s | roofline ratio | peak ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| format | n | threads | µs/call | weight GB/s | int8 GOP/s | roofline ratio | peak ratio |"
+        + (" AMX peak ratio |" if amx else ""),
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if amx else ""),
     ]
     order = {"STQ1_0": 0, "Q2_0C": 1, "Q4_K": 2, "Q6_K": 3, "Q6_K head": 4, "Q8_0": 5}
     rows = sorted(report["results"], key=lambda r: (order.get(r["format"], 9), r["n"], r["threads"]))
     for r in rows:
         peak = "—" if r["peak_ratio"] is None else f"{r['peak_ratio']:.2f}"
+        amx_ratio = r.get("amx_peak_ratio")
+        extra = (" — |" if amx_ratio is None else f" {amx_ratio:.2f} |") if amx else ""
         lines.append(
             f"| {r['format']} | {r['n']} | {r['threads']} | {r['us_per_call']:.0f} | {r['weight_gb_s']:.1f} "
-            f"| {r['int8_gop_s']:.0f} | {r['roofline_ratio']:.2f} | {peak} |"
+            f"| {r['int8_gop_s']:.0f} | {r['roofline_ratio']:.2f} | {peak} |{extra}"
         )
     return "\n".join(lines)
 

@@ -148,6 +148,19 @@ def measure_int8_peak(threads: int, repeats: int = 3, iters: int = 20_000_000) -
     return best
 
 
+def measure_amx_peak(threads: int, repeats: int = 3, iters: int = 1_000_000) -> float:
+    """Best multiply-accumulates per second of the register-only AMX tdpbusd loop (0 without AMX tiles
+    in use: the ceiling of the batched kernels when they run on tiles)."""
+    best = 0.0
+    if not kernels.amx() or kernels.isa() != "avx512":
+        return best
+    for _ in range(repeats):
+        seconds, macs = _quant.bench_amx_peak(iters, threads)
+        if macs:
+            best = max(best, macs / seconds)
+    return best
+
+
 def run_products(
     matrices: list[Matrix], n: int, min_seconds: float, rng: np.random.Generator, repeats: int = 3
 ) -> tuple[list[float], list[int], list[float]]:
@@ -194,6 +207,7 @@ def summarize(
     fastest: list[float],
     bandwidth: float,
     peak: float,
+    amx_peak: float = 0.0,
 ) -> dict:
     """Rates of the fastest repetition, plus per shape the mean and the fastest single call. Roofline
     ratios are given for the repetition (``roofline_ratio``) and for one call of every shape at its
@@ -240,6 +254,8 @@ def summarize(
         "peak_ratio": round(total_macs / total_s / peak, 3) if peak else None,
         "roofline_ratio_best_calls": round(best_roofline_s / best_s, 3),
         "peak_ratio_best_calls": round(best_macs / best_s / peak, 3) if peak else None,
+        # With AMX tiles in use, the batched kernels' own ceiling (peak_ratio stays against vpdpbusd).
+        "amx_peak_ratio": round(total_macs / total_s / amx_peak, 3) if amx_peak else None,
         "shapes": {
             name: {
                 "rows": e["rows"],
@@ -292,10 +308,12 @@ def run_kernel_bench(
     # on a shared machine a single probe can land in a busy moment, and ratios against it would flatter.
     read_best = dict.fromkeys(threads, 0.0)
     peak_best = dict.fromkeys(threads, 0.0)
+    amx_best = dict.fromkeys(threads, 0.0)
 
     def probe(t: int, repeats: int) -> None:
         read_best[t] = max(read_best[t], measure_bandwidth(pool[:working_set_bytes], t, repeats))
         peak_best[t] = max(peak_best[t], measure_int8_peak(t, repeats, iters=5_000_000))
+        amx_best[t] = max(amx_best[t], measure_amx_peak(t, repeats, iters=250_000))
 
     previous_threads = kernels.get_num_threads()
     raw: list[tuple[str, list[Matrix], int, int, list[float], list[int], list[float]]] = []
@@ -316,17 +334,22 @@ def run_kernel_bench(
     finally:
         kernels.set_num_threads(previous_threads)
     results = [
-        summarize(label, matrices, n, t, seconds, calls, fastest, read_best[t], peak_best[t])
+        summarize(label, matrices, n, t, seconds, calls, fastest, read_best[t], peak_best[t], amx_best[t])
         for label, matrices, n, t, seconds, calls, fastest in raw
     ]
     ceilings = {
-        t: {"read_gb_s": round(read_best[t] / 1e9, 2), "int8_peak_gmac_s": round(peak_best[t] / 1e9, 2)}
+        t: {
+            "read_gb_s": round(read_best[t] / 1e9, 2),
+            "int8_peak_gmac_s": round(peak_best[t] / 1e9, 2),
+            "amx_int8_peak_gmac_s": round(amx_best[t] / 1e9, 2) if amx_best[t] else None,
+        }
         for t in threads
     }
 
     return {
         "machine": {
             "kernel": kernels.isa(),
+            "amx": kernels.amx() and kernels.isa() == "avx512",
             "cpu": platform.processor() or platform.machine(),
             "usable_physical_cores": kernels.usable_physical_cores(),
             "features": {k: v for k, v in kernels.cpu_features().items() if v},

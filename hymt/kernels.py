@@ -4,6 +4,11 @@ The family is chosen once at import: the best one this CPU supports, or ``HYMT_I
 or a family the CPU cannot run raises ``KernelError`` naming the supported families — the kernels are
 never entered with instructions the CPU lacks. Tests may switch between supported families in-process
 with :func:`use_isa`.
+
+AMX tiles (``cpu_features()["amx_int8"]``) are an accelerator inside the ``avx512`` family for batched
+products, on by default where the CPU and OS allow them; ``HYMT_AMX=0`` turns them off (``HYMT_AMX=1``
+on a CPU without them is an error), and tests switch with :func:`use_amx`. Tile kernels return the same
+bits as the vector kernels.
 """
 
 from __future__ import annotations
@@ -76,6 +81,41 @@ def use_isa(name: str) -> Iterator[None]:
 def cpu_features() -> dict[str, bool]:
     """Detected CPU features (``avx512vbmi`` and ``dotprod`` included, which no family requires)."""
     return dict(_quant.cpu_features())
+
+
+def _choose_amx() -> bool:
+    value = os.environ.get("HYMT_AMX", "").strip().lower()
+    available = bool(cpu_features()["amx_int8"])
+    if value in ("", "auto"):
+        return available
+    if value in ("0", "off", "false", "no"):
+        return False
+    if value in ("1", "on", "true", "yes"):
+        if not available:
+            raise KernelError("HYMT_AMX=1 but this CPU or OS cannot run AMX tile instructions")
+        return True
+    raise KernelError(f"unknown HYMT_AMX value {value!r}: expected 0, 1 or auto")
+
+
+def amx() -> bool:
+    """Whether the AMX tile kernels may run (they do only under the ``avx512`` family)."""
+    return bool(_quant.get_amx())
+
+
+def set_amx(enabled: bool) -> None:
+    """Allow or forbid the AMX tile kernels (tests; a CPU without AMX ignores True)."""
+    _quant.set_amx(bool(enabled))
+
+
+@contextlib.contextmanager
+def use_amx(enabled: bool) -> Iterator[None]:
+    """Run the body with the AMX tile kernels allowed or not, then restore the previous setting."""
+    previous = amx()
+    set_amx(enabled)
+    try:
+        yield
+    finally:
+        _quant.set_amx(previous)
 
 
 def set_num_threads(n: int) -> None:
@@ -158,4 +198,5 @@ def usable_physical_cores() -> int:
 
 
 _quant.set_isa(_choose_isa())
+_quant.set_amx(_choose_amx())
 _quant.set_num_threads(usable_physical_cores())

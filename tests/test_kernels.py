@@ -75,6 +75,25 @@ def test_unsupported_or_unknown_family_is_a_clear_error() -> None:
         kernels.set_isa("avx1024")
 
 
+def test_hymt_amx_switches_the_tile_kernels() -> None:
+    available = kernels.cpu_features()["amx_int8"]
+    code = "import hymt.kernels as k; print(k.amx())"
+    assert run_python(code, HYMT_AMX="").stdout.strip() == str(available)
+    assert run_python(code, HYMT_AMX="0").stdout.strip() == "False"
+    forced = run_python(code, HYMT_AMX="1")
+    if available:
+        assert forced.stdout.strip() == "True"
+    else:
+        assert "KernelError: HYMT_AMX=1 but this CPU or OS cannot run AMX" in forced.stderr
+    bad = run_python(code, HYMT_AMX="maybe")
+    assert bad.returncode != 0 and "unknown HYMT_AMX value 'maybe'" in bad.stderr
+    with kernels.use_amx(True):
+        assert kernels.amx() == available  # a CPU without tiles ignores True
+        with kernels.use_amx(False):
+            assert not kernels.amx()
+        assert kernels.amx() == available
+
+
 def test_use_isa_restores_the_previous_family() -> None:
     before = kernels.isa()
     for family in kernels.supported_isas():

@@ -3,6 +3,7 @@
  *                        than the last-level cache with the widest loads of the active ISA;
  *   hymt_bench_int8_peak register-only loop of the ISA's best int8 dot instruction (vpdpbusd zmm,
  *                        pmaddubsw+pmaddwd+paddd ymm, sdot) on every thread, 12 independent chains.
+ *   hymt_bench_amx_peak  the same with AMX tdpbusd (4 accumulator tiles) where the CPU has AMX.
  * Both return elapsed seconds measured around one parallel region; the work is folded into *sink so
  * the compiler cannot drop it. */
 #ifndef HYMT_BENCH_H
@@ -10,6 +11,7 @@
 
 #include "hymt_common.h"
 #include "matmul.h"
+#include "amx.h"
 
 #ifdef _OPENMP
 static inline double hymt_now(void) { return omp_get_wtime(); }
@@ -183,6 +185,30 @@ static double hymt_bench_int8_peak(int64_t iters, int nt, int64_t *macs, uint64_
     *macs = hymt_int8_loop_macs(isa, iters) * used;
     *sink = total;
     return elapsed;
+}
+
+/* As hymt_bench_int8_peak with the AMX loop; returns -1 (nothing run) where AMX is not usable. */
+static double hymt_bench_amx_peak(int64_t iters, int nt, int64_t *macs, uint64_t *sink) {
+    *macs = 0;
+#if defined(HYMT_HAVE_AMX)
+    if (!hymt_cpu()->amx_int8) return -1.0;
+    uint64_t total = 0;
+    int used = 1;
+    double t0 = hymt_now();
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+    {
+#pragma omp single
+        used = omp_get_num_threads();
+        total += hymt_amx_int8_loop(iters);
+    }
+    double elapsed = hymt_now() - t0;
+    *macs = HYMT_AMX_LOOP_MACS * iters * used;
+    *sink = total;
+    return elapsed;
+#else
+    (void)iters, (void)nt, (void)sink;
+    return -1.0;
+#endif
 }
 
 #endif /* HYMT_BENCH_H */

@@ -7,7 +7,14 @@
  *   scalar  any CPU
  *
  * VBMI (vpermb) is reported separately: a kernel may use it inside the avx512 family only after
- * checking hymt_cpu().avx512vbmi, with a plain AVX-512 variant beside it. */
+ * checking hymt_cpu().avx512vbmi, with a plain AVX-512 variant beside it.
+ *
+ * AMX (amx_int8) is an accelerator inside the avx512 family, not a family: tile matrix multiplies
+ * (tdpbusd/tdpbssd, 16×16×64 int8 multiply-accumulates per instruction) for batched products. It is
+ * reported only when the CPU has AMX-TILE and AMX-INT8 (and VBMI), the OS saves tile state (XCR0
+ * bits 17, 18) and, on Linux, grants this process the tile data state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, asked for here once). Integer tile sums are exact, so AMX kernels return the
+ * same bits as the format's other kernels; amx.h holds the switch. */
 #ifndef HYMT_CPU_H
 #define HYMT_CPU_H
 
@@ -15,6 +22,10 @@
 
 #if defined(HYMT_X86)
 #include <cpuid.h>
+#endif
+#if defined(HYMT_X86) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(HYMT_ARM64) && defined(__linux__)
 #include <sys/auxv.h>
@@ -26,6 +37,7 @@
 typedef struct {
     int avx2, fma, f16c;                                          /* x86, usable by the OS */
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi;
+    int amx_int8;                                                 /* x86: tiles usable by this process */
     int neon, dotprod;                                            /* aarch64 */
 } hymt_cpu_features;
 
@@ -35,6 +47,16 @@ static uint64_t hymt_xgetbv0(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+
+/* Linux hands the 8 KiB tile data state to a process only on request (once per process). */
+static int hymt_amx_permission(void) {
+#if defined(HYMT_HAVE_AMX) && defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
 }
 #endif
 
@@ -64,6 +86,9 @@ static hymt_cpu_features hymt_cpu_detect(void) {
         f.avx512vl = (b >> 31) & 1;
         f.avx512vbmi = (c >> 1) & 1;
         f.avx512vnni = (c >> 11) & 1;
+        int amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+        int os_tiles = (xcr0 & 0x60000) == 0x60000; /* XTILECFG + XTILEDATA */
+        f.amx_int8 = amx_tile && amx_int8 && os_tiles && f.avx512vbmi && hymt_amx_permission();
     }
 #elif defined(HYMT_ARM64)
     f.neon = 1; /* Advanced SIMD is mandatory on aarch64 */

@@ -34,6 +34,13 @@
 /* Only used where cpu.h reports VBMI as well (vpermb); never required by the avx512 family. */
 #define HYMT_TARGET_AVX512VBMI \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+/* AMX tile instructions (amx.h): only where the compiler knows them; used only where cpu.h reports
+ * amx_int8 and hymt_amx_enabled is set. */
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+#define HYMT_HAVE_AMX 1
+#define HYMT_TARGET_AMX \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,amx-tile,amx-int8")))
+#endif
 #endif
 
 #if defined(__aarch64__)

@@ -34,7 +34,8 @@ cdef extern from "act_q8g.h" nogil:
 
 cdef extern from "cpu.h" nogil:
     ctypedef struct hymt_cpu_features:
-        int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, neon, dotprod
+        int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, amx_int8, neon
+        int dotprod
     const hymt_cpu_features *hymt_cpu()
     int hymt_isa_supported(int isa)
     int hymt_best_isa()
@@ -59,6 +60,10 @@ cdef extern from "bench.h" nogil:
     double hymt_now()
     double hymt_bench_read(const uint8_t *buf, size_t nbytes, int reps, int nt, uint64_t *sink)
     double hymt_bench_int8_peak(int64_t iters, int nt, int64_t *macs, uint64_t *sink)
+    double hymt_bench_amx_peak(int64_t iters, int nt, int64_t *macs, uint64_t *sink)
+
+cdef extern from "amx.h" nogil:
+    int hymt_amx_enabled
 
 # ISA family names, indexed by enum hymt_isa.
 ISA_NAMES = ("scalar", "avx2", "avx512", "neon")
@@ -104,8 +109,18 @@ def cpu_features():
         "avx2": bool(f.avx2), "fma": bool(f.fma), "f16c": bool(f.f16c), "avx512f": bool(f.avx512f),
         "avx512bw": bool(f.avx512bw), "avx512vl": bool(f.avx512vl), "avx512dq": bool(f.avx512dq),
         "avx512vnni": bool(f.avx512vnni), "avx512vbmi": bool(f.avx512vbmi), "neon": bool(f.neon),
-        "dotprod": bool(f.dotprod),
+        "dotprod": bool(f.dotprod), "amx_int8": bool(f.amx_int8),
     }
+
+
+def set_amx(bint enabled):
+    """Allow (True) or forbid the AMX tile kernels; they run only where cpu_features()["amx_int8"]."""
+    global hymt_amx_enabled
+    hymt_amx_enabled = 1 if enabled and hymt_cpu().amx_int8 else 0
+
+
+def get_amx():
+    return hymt_amx_enabled != 0
 
 
 cdef int _detected_vbmi = -1
@@ -344,6 +359,16 @@ def bench_int8_peak(int64_t iters, int threads):
     with nogil:
         seconds = hymt_bench_int8_peak(iters, threads, &macs, &sink)
     return seconds, macs
+
+
+def bench_amx_peak(int64_t iters, int threads):
+    """(seconds, multiply-accumulates) of the register-only AMX tdpbusd loop; (None, 0) without AMX."""
+    cdef uint64_t sink = 0
+    cdef int64_t macs = 0
+    cdef double seconds
+    with nogil:
+        seconds = hymt_bench_amx_peak(iters, threads, &macs, &sink)
+    return (None, 0) if seconds < 0 else (seconds, macs)
 
 
 def bench_matmul(list weights, const float[::1] x, int64_t n, float[::1] out, int64_t start, int64_t calls,
