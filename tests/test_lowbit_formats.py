@@ -401,6 +401,20 @@ def test_stq1_every_token_tile_size_equals_the_tokens_alone(isa: str) -> None:
         assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_stq1_full_token_passes_over_two_block_chunks_equal_the_tokens_alone(isa: str) -> None:
+    """8 and 16 tokens (one and two full 8-token passes of the batched kernel, whose 8-token steps are
+    unrolled) over 18 blocks per row (a 16-block chunk, then 2 more accumulated onto y) and 45 rows
+    (a partial second 32-row tile); each token must equal its scalar product computed alone."""
+    rng = np.random.default_rng(14)
+    cols, rows = 18 * 256, 45
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(16, cols, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(16)])
+    for n in (8, 16):
+        assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("isa", ISAS)
 def test_batch_composition_row_ranges_and_threads_do_not_change_results(dtype: str, isa: str) -> None:
