@@ -218,6 +218,41 @@ def test_dot_errors() -> None:
     assert kernels.dot([1.0, 2.0], [3.0, 4.0]) == 11.0
 
 
+# ---- SiLU gate -------------------------------------------------------------------------------------------
+
+
+def _silu_inputs() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(47)
+    edges = [-1e30, -100.0, -88.5, -88.0, -87.0, -20.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 20.0, 87.0, 88.0, 1e30]
+    g = np.concatenate([edges, rng.uniform(-30, 30, 4000), rng.standard_normal(1003)]).astype(np.float32)
+    u = rng.uniform(-2, 2, g.size).astype(np.float32)
+    return g, u
+
+
+@pytest.mark.parametrize("family", kernels.supported_isas())
+def test_silu_gate_is_the_same_bits_in_every_family_and_close_to_float64(family: str) -> None:
+    g, u = _silu_inputs()
+    with kernels.use_isa("scalar"):
+        reference = g.copy()
+        _quant.silu_mul(reference, u)
+    for length in (g.size, 1, 7, 16, 17, 33):  # vector bodies and every tail shape
+        got = g[:length].copy()
+        with kernels.use_isa(family):
+            _quant.silu_mul(got, u[:length])
+        np.testing.assert_array_equal(got, reference[:length])
+    g64 = g.astype(np.float64)
+    with np.errstate(over="ignore"):
+        exact = g64 / (1.0 + np.exp(-g64)) * u.astype(np.float64)
+    # ~2 ulp of exp, then one division and one product in float32; tiny gates of hugely negative inputs
+    # (where the clamp keeps e^t finite) differ only below 1e-35 in magnitude.
+    np.testing.assert_allclose(reference, exact, rtol=1e-6, atol=1e-35)
+
+
+def test_silu_gate_errors() -> None:
+    with pytest.raises(KernelError, match="silu_mul: length mismatch"):
+        _quant.silu_mul(np.zeros(3, np.float32), np.zeros(4, np.float32))
+
+
 def test_roofline_probes_run() -> None:
     """The benchmark's ceilings (no timing assertions): they run and report positive times."""
     seconds = _quant.bench_read(np.ones(1 << 20, np.uint8), 2, 2)

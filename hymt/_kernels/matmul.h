@@ -27,6 +27,7 @@
 
 #include "hymt_common.h"
 #include "cpu.h"
+#include "vec.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -88,8 +89,6 @@ static inline int64_t hymt_row_chunk(int64_t total, int nth) {
     int64_t chunk = (total + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
     return (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
 }
-
-static inline float hymt_silu(float g) { return g / (1.0f + expf(-g)); }
 
 /* Run nm weights sharing the input x [n, cols]. silu != 0 (nm == 2): y0 = silu(W0·x) × (W1·x), with
  * m[1].y unused. Returns 0, or -1 when scratch memory could not be allocated. */
@@ -175,7 +174,7 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
                     for (int64_t t = 0; t < n; t++) {
                         float *g = m[0].y + t * m[0].y_stride + c;
                         const float *u = tile + t * HYMT_SILU_ROWS;
-                        for (int64_t i = 0; i < len; i++) g[i] = hymt_silu(g[i]) * u[i];
+                        hymt_silu_mul_f32_isa(hymt_active_isa, g, u, len);
                     }
                 }
             }

@@ -43,6 +43,7 @@ cdef extern from "cpu.h" nogil:
 cdef extern from "vec.h" nogil:
     float hymt_dot_f32(const float *a, const float *b, int64_t n)
     float hymt_dot_f32_scalar(const float *a, const float *b, int64_t n)
+    void hymt_silu_mul_f32_isa(int isa, float *g, const float *u, int64_t n)
 
 cdef extern from "matmul.h" nogil:
     int hymt_num_threads
@@ -340,6 +341,16 @@ def dot(const float[::1] a, const float[::1] b):
     with nogil:
         r = hymt_dot_f32(&a[0], &b[0], a.shape[0])
     return r
+
+
+def silu_mul(float[::1] g, const float[::1] u):
+    """g ← silu(g) × u in place with the active ISA's variant (the FFN gate of gate_up_silu)."""
+    if g.shape[0] != u.shape[0]:
+        raise KernelError(f"silu_mul: length mismatch ({g.shape[0]} and {u.shape[0]})")
+    if g.shape[0] == 0:
+        return
+    with nogil:
+        hymt_silu_mul_f32_isa(hymt_active_isa, &g[0], &u[0], g.shape[0])
 
 
 def bench_read(const uint8_t[::1] buf, int reps, int threads):

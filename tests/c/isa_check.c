@@ -89,6 +89,17 @@ int main(int argc, char **argv) {
         failures += bad;
         printf("%s dot n=%d\n", bad ? "FAIL" : "OK", lengths[k]);
     }
+    /* SiLU gate: the same bits as the scalar sequence, over the clamp edges and a wide range */
+    static float g0[1003], g1[1003], u[1003];
+    for (int i = 0; i < 1003; i++) {
+        g0[i] = g1[i] = (i < 6) ? (float[]){-88.5f, -88.0f, -87.0f, 87.0f, 88.0f, 0.0f}[i] : next_float() * 40.0f;
+        u[i] = next_float();
+    }
+    hymt_silu_mul_f32_scalar(g0, u, 1003);
+    hymt_silu_mul_f32_isa(isa, g1, u, 1003);
+    int silu_bad = memcmp(g0, g1, sizeof g0) != 0;
+    failures += silu_bad;
+    printf("%s silu gate\n", silu_bad ? "FAIL" : "OK");
     /* float path of F16 (SIMD conversion) vs scalar decode */
     uint16_t h[1000];
     for (int i = 0; i < 1000; i++) h[i] = random_scale();
