@@ -516,7 +516,7 @@ def test_product_shape_errors(dtype: str) -> None:
 needs_amx = pytest.mark.skipif(
     "avx512" not in ISAS or not kernels.cpu_features()["amx_int8"], reason="needs AMX-INT8 tiles"
 )
-AMX_BATCHES = [1, 8, 15, 16, 17, 33, 64, 100]
+AMX_BATCHES = [1, 7, 8, 15, 16, 17, 33, 64, 100]
 
 
 def matmul_amx(w: PackedMatrix, x: np.ndarray, enabled: bool) -> np.ndarray:

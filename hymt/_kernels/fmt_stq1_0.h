@@ -37,7 +37,7 @@
 #include "cpu.h"
 #include "vec.h"
 #include "lowbit_common.h"
-#include "amx.h"
+#include "lowbit_amx.h"
 
 #define STQ1_BLOCK 256
 #define STQ1_BYTES 42
@@ -415,24 +415,23 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
 STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1)
 STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0)
 
-/* ---- AMX batched kernel (n ≥ STQ1_AMX_MIN where hymt_amx_active(); amx.h) ----
- * The same per-block integer sums as the vector kernels, on tiles; the float epilogue is the one of
- * the header comment. Weight side: a block's transposed index vectors (as the batched vector kernel
- * builds them, vector j = groups 4j..4j+3 of 16 rows) looked up in signed digit tables (lane − 1)
- * are, per plane p, a B tile in VNNI order: row j, dword i = the digits of groups 4j..4j+3 of weight
- * row i, which multiply act.qs[64p + 4j .. 64p + 4j + 3]. Activation side: the A tile of plane p is
- * qs[64p .. 64p + 64) of 16 tokens, read in place (tokens act_stride apart). tdpbssd (s8 × s8) then
- * gives Σ digit·q directly (no − Σq correction), 4 products per 256-weight block. Tiles: C 0..3 =
- * [token tile u][row half h] at 2u + h, A 4 + u, B 6 + h: 2 × 2 blocking, one tile load per product.
- * A 32-row tile is walked block by block; each decoded block (8 KiB of B tiles) serves every token of
- * the call, and the running float sums of all tokens stay in a contiguous scratch buffer until the last
- * block (y rows are a row-length apart: touching them per block thrashes a few cache sets). */
+/* ---- AMX batched kernel (n ≥ STQ1_AMX_MIN where hymt_amx_active(); lowbit_amx.h) ----
+ * A block is one activation group. Its B tiles: the transposed index vectors (as the batched vector
+ * kernel builds them, vector j = groups 4j..4j+3 of 16 rows) looked up in signed digit tables (lane
+ * − 1): plane p, row j, dword i = the digits of groups 4j..4j+3 of weight row i, which multiply
+ * act.qs[64p + 4j .. 64p + 4j + 3]; tdpbssd then gives Σ digit·q directly (no − Σq correction). */
 #if defined(HYMT_HAVE_AMX)
-#define STQ1_AMX_MIN 16
+#define STQ1_AMX_MIN 8 /* measured: from n = 6 on the tiles beat the batched vector kernel */
+
+/* vpermb tables: byte i = digit (lane p − 1) of entry i & 31. */
+HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_tables(__m512i tab[4]) {
+    stq1_tables_vbmi(tab);
+    for (int p = 0; p < 4; p++) tab[p] = _mm512_sub_epi8(tab[p], _mm512_set1_epi8(1));
+}
 
 /* Digit planes of block b of 16 rows, bt[plane][k/4][row·4 + k%4] (rows past `rows` repeat the last). */
 HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_decode(const uint8_t *wt, size_t row_bytes, int rows, int64_t b,
-                                                 const __m512i *dig, int8_t (*bt)[16][64]) {
+                                                 const __m512i *tab, int8_t (*bt)[16][64]) {
     const __m512i c16 = _mm512_set1_epi8(16);
     __m512i rix[16], ix[16]; /* [row] 64 group indices; [j] lane i: groups 4j..4j+3 of row i */
     _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
@@ -444,144 +443,14 @@ HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_decode(const uint8_t *wt, size_t row_b
     hymt_transpose16_epi32(rix, ix);
     for (int p = 0; p < 4; p++)
         _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
-            _mm512_store_si512((void *)bt[p][j], _mm512_permutexvar_epi8(ix[j], dig[p]));
+            _mm512_store_si512((void *)bt[p][j], _mm512_permutexvar_epi8(ix[j], tab[p]));
 }
 
-/* Start the block sums of U token tiles × H row halves of one block (C tile 2u + h); the tiles run
- * while the caller goes on with vector work. */
-HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_issue(const int8_t *const a[2], const size_t as[2], const int8_t *b0,
-                                                const int8_t *b1, const int U, const int H) {
-    _tile_zero(0);
-    if (H == 2) _tile_zero(1);
-    if (U == 2) _tile_zero(2);
-    if (U == 2 && H == 2) _tile_zero(3);
-    for (int p = 0; p < 4; p++) {
-        _tile_loadd(4, a[0] + 64 * p, as[0]);
-        _tile_loadd(6, b0 + 1024 * p, 64);
-        _tile_dpbssd(0, 4, 6);
-        if (H == 2) {
-            _tile_loadd(7, b1 + 1024 * p, 64);
-            _tile_dpbssd(1, 4, 7);
-        }
-        if (U == 2) {
-            _tile_loadd(5, a[1] + 64 * p, as[1]);
-            _tile_dpbssd(2, 5, 6);
-            if (H == 2) _tile_dpbssd(3, 5, 7);
-        }
-    }
+HYMT_TARGET_AMX HYMT_INLINE __m512 stq1_amx_scales(const uint8_t *wt, __m512i row_offsets, __mmask16 mask, int64_t b) {
+    return hymt_gather_scales(wt, row_offsets, mask, b * STQ1_BYTES + 38, 1);
 }
 
-/* The sums started by stq1_amx_issue: ct[2u + h][token][row]. */
-HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_store(int32_t (*ct)[16][16], const int U, const int H) {
-    _tile_stored(0, ct[0], 64);
-    if (H == 2) _tile_stored(1, ct[1], 64);
-    if (U == 2) _tile_stored(2, ct[2], 64);
-    if (U == 2 && H == 2) _tile_stored(3, ct[3], 64);
-}
-
-/* One step of the token loop: token tiles t0 and t0 + 16 (U of them) of block b. */
-#define STQ1_AMX_STEP(s)                                                                                \
-    int64_t b_##s = (s) / pairs, t0_##s = (s) % pairs * 32;                                          \
-    int U_##s = n - t0_##s > 16 ? 2 : 1
-
-HYMT_TARGET_AMX static void stq1_gemm_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                          const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
-                                          int64_t y_stride) {
-    static const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
-    static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-    int64_t nb = cols / STQ1_BLOCK, full = n / 16 * 16, m = n - full; /* tokens in whole tiles; in the last */
-    int64_t pairs = (n + 31) / 32, steps = nb * pairs;                /* token-tile pairs per block; all */
-    size_t ts = act_stride / sizeof(hymt_q8g);                        /* groups between tokens */
-    const hymt_q8g *groups = (const hymt_q8g *)act;
-    /* scratch: facc [n][32] running sums of a 32-row tile, sv [nb][n] token scales, tail [nb][16][256]
-     * the last partial token tile's activations, zero-padded to 16 tokens (tile loads stay in bounds) */
-    size_t facc_bytes = (size_t)n * 32 * sizeof(float), sv_bytes = ((size_t)(nb * n) * sizeof(float) + 63) / 64 * 64;
-    size_t tail_bytes = m > 0 ? (size_t)nb * 16 * 256 : 0;
-    uint8_t *scratch = (uint8_t *)aligned_alloc(64, facc_bytes + sv_bytes + tail_bytes);
-    if (scratch == NULL) { /* the vector kernel forms the same sums */
-        stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
-        return;
-    }
-    float(*facc)[32] = (float(*)[32])scratch;
-    float *sv = (float *)(scratch + facc_bytes);
-    int8_t(*tail)[16][256] = (int8_t(*)[16][256])(scratch + facc_bytes + sv_bytes);
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t t = 0; t < n; t++) sv[b * n + t] = groups[t * ts + b].d;
-    if (m > 0) {
-        memset(tail, 0, tail_bytes);
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t t = 0; t < m; t++) memcpy(tail[b][t], groups[(full + t) * ts + b].qs, 256);
-    }
-    __m512i dig[4]; /* vpermb tables: byte i = digit (lane p − 1) of entry i & 31 */
-    stq1_tables_vbmi(dig);
-    for (int p = 0; p < 4; p++) dig[p] = _mm512_sub_epi8(dig[p], _mm512_set1_epi8(1));
-    const __m512i row_offsets = hymt_row_offsets(row_bytes);
-    HYMT_ALIGNED64 int8_t bt[2][2][4][16][64]; /* [block & 1][half][plane] B tiles of a block */
-    HYMT_ALIGNED64 int32_t ct[2][4][16][16];   /* [step & 1][2u + h][token][row] block sums */
-    __m512 dv[2][2];                           /* [block & 1][half] weight scales */
-    hymt_amx_configure(tile_rows, tile_colsb);
-    for (int64_t r = r0; r < r1; r += 32) {
-        int rows = (int)(r1 - r < 32 ? r1 - r : 32), H = rows > 16 ? 2 : 1;
-        __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),
-                             (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};
-        const uint8_t *wt = w + r * row_bytes;
-#define STQ1_AMX_DECODE(b)                                                                              \
-    for (int h = 0; h < H; h++) {                                                                       \
-        stq1_amx_decode(wt + 16 * h * row_bytes, row_bytes, h == 0 ? (rows < 16 ? rows : 16) : rows - 16, b, dig, \
-                        bt[(b) & 1][h]);                                                                \
-        dv[(b) & 1][h] = hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], (b) * STQ1_BYTES + 38, 1); \
-    }
-#define STQ1_AMX_ISSUE(b, t0, U)                                                                        \
-    do {                                                                                                \
-        const int8_t *a[2];                                                                             \
-        size_t as[2];                                                                                   \
-        for (int u = 0; u < (U); u++) {                                                                 \
-            int in_tail = (t0) + 16 * u >= full;                                                        \
-            a[u] = in_tail ? tail[b][0] : groups[((t0) + 16 * u) * ts + (b)].qs;                        \
-            as[u] = in_tail ? 256 : act_stride;                                                         \
-        }                                                                                               \
-        const int8_t *p0 = bt[(b) & 1][0][0][0], *p1 = bt[(b) & 1][1][0][0];                           \
-        if ((U) == 2 && H == 2) stq1_amx_issue(a, as, p0, p1, 2, 2);                                    \
-        else if ((U) == 2) stq1_amx_issue(a, as, p0, p1, 2, 1);                                         \
-        else if (H == 2) stq1_amx_issue(a, as, p0, p1, 1, 2);                                           \
-        else stq1_amx_issue(a, as, p0, p1, 1, 1);                                                       \
-    } while (0)
-        /* Software pipeline over the steps (block, token pair): the next step's tile products (and the
-         * next block's decoding) run while this step's sums go through the float epilogue. */
-        STQ1_AMX_DECODE(0)
-        STQ1_AMX_ISSUE(0, 0, n > 16 ? 2 : 1);
-        for (int64_t s = 0; s < steps; s++) {
-            STQ1_AMX_STEP(s);
-            int64_t s1 = s + 1, b1 = s1 / pairs, t1 = s1 % pairs * 32;
-            if (s1 < steps && b1 != b_s) STQ1_AMX_DECODE(b1)
-            int32_t(*cs)[16][16] = ct[s & 1];
-            if (U_s == 2 && H == 2) stq1_amx_store(cs, 2, 2);
-            else if (U_s == 2) stq1_amx_store(cs, 2, 1);
-            else if (H == 2) stq1_amx_store(cs, 1, 2);
-            else stq1_amx_store(cs, 1, 1);
-            if (s1 < steps) STQ1_AMX_ISSUE(b1, t1, n - t1 > 16 ? 2 : 1);
-            /* facc[t] = facc[t] + (d × s) × f32(isum), from 0 at block 0 */
-            for (int u = 0; u < U_s; u++) {
-                int64_t tu = t0_s + 16 * u, tokens = n - tu < 16 ? n - tu : 16;
-                for (int h = 0; h < H; h++)
-                    for (int64_t t = 0; t < tokens; t++) {
-                        float *f = facc[tu + t] + 16 * h;
-                        __m512 prev = b_s == 0 ? _mm512_setzero_ps() : _mm512_load_ps(f);
-                        __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cs[2 * u + h][t]));
-                        __m512 ds = _mm512_mul_ps(dv[b_s & 1][h], _mm512_set1_ps(sv[b_s * n + tu + t]));
-                        _mm512_store_ps(f, _mm512_add_ps(prev, _mm512_mul_ps(ds, isum)));
-                    }
-            }
-        }
-#undef STQ1_AMX_DECODE
-#undef STQ1_AMX_ISSUE
-        for (int64_t t = 0; t < n; t++)
-            for (int h = 0; h < H; h++)
-                _mm512_mask_storeu_ps(y + t * y_stride + r + 16 * h, mask[h], _mm512_load_ps(facc[t] + 16 * h));
-    }
-    hymt_amx_release();
-    free(scratch);
-}
+HYMT_LOWBIT_AMX_GEMM(stq1_gemm_amx, stq1_amx_tables, stq1_amx_decode, stq1_amx_scales, stq1_gemm_tiles_vbmi)
 #endif /* HYMT_HAVE_AMX */
 
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
