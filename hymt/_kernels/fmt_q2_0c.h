@@ -475,7 +475,7 @@ HYMT_TARGET_AMX HYMT_INLINE __m512 q2c_amx_scales(const uint8_t *wt, __m512i row
     return hymt_gather_scales(wt, row_offsets, mask, (g >> 1) * Q2C_BYTES, 0);
 }
 
-HYMT_LOWBIT_AMX_GEMM(q2c_gemm_amx, q2c_amx_tables, q2c_amx_decode, q2c_amx_scales, q2c_gemm_tiles)
+HYMT_LOWBIT_AMX_GEMM(q2c_gemm_amx, q2c_amx_tables, q2c_amx_decode, q2c_amx_scales, hymt_gemm_q2_0c_scalar)
 #endif /* HYMT_HAVE_AMX */
 
 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,

@@ -450,19 +450,19 @@ HYMT_TARGET_AMX HYMT_INLINE __m512 stq1_amx_scales(const uint8_t *wt, __m512i ro
     return hymt_gather_scales(wt, row_offsets, mask, b * STQ1_BYTES + 38, 1);
 }
 
-HYMT_LOWBIT_AMX_GEMM(stq1_gemm_amx, stq1_amx_tables, stq1_amx_decode, stq1_amx_scales, stq1_gemm_tiles_vbmi)
+HYMT_LOWBIT_AMX_GEMM(stq1_gemm_amx, stq1_amx_tables, stq1_amx_decode, stq1_amx_scales, hymt_gemm_stq1_0_scalar)
 #endif /* HYMT_HAVE_AMX */
 
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                     int64_t y_stride) {
-    int vbmi = hymt_cpu()->avx512vbmi;
 #if defined(HYMT_HAVE_AMX)
     if (n >= STQ1_AMX_MIN && cols > 0 && hymt_amx_active()) {
         stq1_gemm_amx(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
         return;
     }
 #endif
+    int vbmi = hymt_cpu()->avx512vbmi;
     if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
         if (vbmi)
             stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);

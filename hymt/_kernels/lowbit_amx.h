@@ -74,8 +74,8 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
  *   DECODE(wt, row_bytes, rows, g, tab, bt) the 4 plane B tiles bt[p][16][64] of group g for the 16
  *                                           rows at wt (rows ≤ 16 of them exist; read no others);
  *   SCALES(wt, row_offsets, mask, g)        the weight scales of group g for those rows (__m512);
- *   FALLBACK                                the vector batched GEMM (same bits), run when the scratch
- *                                           buffer cannot be allocated. */
+ *   FALLBACK                                a GEMM of the same bits (the format's scalar reference),
+ *                                           run when the scratch buffer cannot be allocated. */
 #define HYMT_LOWBIT_AMX_GEMM(NAME, TABLES, DECODE, SCALES, FALLBACK)                                    \
     HYMT_TARGET_AMX static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,        \
                                      const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y, \
