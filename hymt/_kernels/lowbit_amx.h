@@ -101,10 +101,9 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
         int8_t(*tail)[16][256] = (int8_t(*)[16][256])(scratch + facc_bytes + sv_bytes);                 \
         for (int64_t g = 0; g < ng; g++)                                                                \
             for (int64_t t = 0; t < n; t++) sv[g * n + t] = groups[t * ts + g].d;                       \
-        if (m > 0) {                                                                                    \
-            memset(tail, 0, tail_bytes);                                                                \
-            for (int64_t g = 0; g < ng; g++)                                                            \
-                for (int64_t t = 0; t < m; t++) memcpy(tail[g][t], groups[(full + t) * ts + g].qs, 256); \
+        for (int64_t g = 0; g < ng && m > 0; g++) { /* (the padding rows' sums are never read) */       \
+            for (int64_t t = 0; t < m; t++) memcpy(tail[g][t], groups[(full + t) * ts + g].qs, 256);    \
+            memset(tail[g][m], 0, (size_t)(16 - m) * 256);                                              \
         }                                                                                               \
         __m512i tab[4];                                                                                 \
         TABLES(tab);                                                                                    \
