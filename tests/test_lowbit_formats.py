@@ -523,3 +523,77 @@ def test_product_shape_errors(dtype: str) -> None:
     short = PackedMatrix("short", dtype, w.dimensions, w.data[:-1])
     with pytest.raises(KernelError):
         quant.matmul(short, np.zeros(BLOCK_LEN[dtype], dtype=np.float32))
+
+
+# ---- AMX tile kernels (batched products where the CPU has AMX-INT8) ------------------------------------
+
+needs_amx = pytest.mark.skipif(
+    "avx512" not in ISAS or not kernels.cpu_features()["amx_int8"], reason="needs AMX-INT8 tiles"
+)
+AMX_BATCHES = [1, 7, 8, 15, 16, 17, 33, 64, 100]
+
+
+def matmul_amx(w: PackedMatrix, x: np.ndarray, enabled: bool) -> np.ndarray:
+    with kernels.use_amx(enabled):
+        return matmul_isa("avx512", w, x)
+
+
+@needs_amx
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize(("cols", "rows"), [(1536, 37), (2048, 16), (1024, 81)])
+def test_amx_products_equal_scalar_vector_and_each_token_alone(dtype: str, cols: int, rows: int) -> None:
+    """Tile sums are exact: on both sides of the AMX threshold (n = 16) and for partial token tiles
+    (n % 16) and partial 16- and 32-row weight tiles, every token equals the scalar reference, the
+    vector kernels (AMX off) and its own product computed alone."""
+    rng = np.random.default_rng(cols + rows)
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(max(AMX_BATCHES), cols, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(x.shape[0])])
+    for n in AMX_BATCHES:
+        amx = matmul_amx(w, x[:n], True)
+        assert_same_floats(amx, alone[:n])
+        assert_same_floats(matmul_amx(w, x[:n], False), alone[:n])
+        assert_same_floats(matmul_isa("scalar", w, x[:n]), alone[:n])
+
+
+@needs_amx
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_amx_threads_row_ranges_and_batch_composition(dtype: str) -> None:
+    rng = np.random.default_rng(21)
+    cols, rows, n = 1024, 333, 50
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(n, cols, rng)
+    threads = kernels.get_num_threads()
+    try:
+        kernels.set_num_threads(1)
+        whole = matmul_amx(w, x, True)
+        for count in (2, 3, 4):
+            kernels.set_num_threads(count)
+            assert_same_floats(matmul_amx(w, x, True), whole)
+    finally:
+        kernels.set_num_threads(threads)
+    assert_same_floats(whole, matmul_isa("scalar", w, x))
+    perm = rng.permutation(n)
+    assert_same_floats(matmul_amx(w, x[perm], True), whole[perm])
+    for subset in (list(range(3, 20)), list(range(49, 15, -2))):  # 17 tokens in another order, 17 strided
+        assert_same_floats(matmul_amx(w, x[subset], True), whole[subset])
+    row_bytes = cols // BLOCK_LEN[dtype] * BLOCK_BYTES[dtype]
+    part = PackedMatrix("part", dtype, (cols, rows - 21), w.data[21 * row_bytes :])
+    assert_same_floats(matmul_amx(part, x[:40], True), whole[:40, 21:])
+
+
+@needs_amx
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses mprotect through libc")
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize("rows", [1, 16, 37])
+def test_amx_kernels_never_read_past_the_tensor(dtype: str, rows: int) -> None:
+    rng = np.random.default_rng(40 + rows)
+    cols = 2 * BLOCK_LEN[dtype]
+    w = random_weight(dtype, rows, cols, rng)
+    region, data = guarded_copy(w.data)
+    guarded = PackedMatrix(w.name, dtype, w.dimensions, data)
+    x = activations(33, cols, rng)
+    for n in (16, 33):
+        assert_same_floats(matmul_amx(guarded, x[:n], True), matmul_isa("scalar", w, x[:n]))
+    del guarded, data
+    region.close()

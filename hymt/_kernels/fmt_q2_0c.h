@@ -24,6 +24,7 @@
 #include "cpu.h"
 #include "vec.h"
 #include "lowbit_common.h"
+#include "lowbit_amx.h"
 
 #define Q2C_BLOCK 512
 #define Q2C_BYTES 130
@@ -429,8 +430,62 @@ HYMT_TARGET_AVX512 static void q2c_gemm_tiles(const uint8_t *w, size_t row_bytes
     }
 }
 
+/* ---- AMX batched kernel (n ≥ Q2C_AMX_MIN where hymt_amx_active(); lowbit_amx.h) ----
+ * Half h of block b is activation group 2b + h. Its B tiles: the 64 code bytes of 16 rows transposed
+ * (as the batched vector kernel does, vector j lane i = code bytes 4j..4j+3 of row i), then per plane
+ * p one shift and one vpermb mapping the code in bits 2p..2p+1 to the signed unit 2·code − 3: plane p,
+ * row j, dword i = the units that multiply act.qs[64p + 4j .. 64p + 4j + 3]; tdpbssd then gives
+ * Σ (2·code − 3)·q directly (no − 3·Σq correction). */
+#if defined(HYMT_HAVE_AMX)
+#define Q2C_AMX_MIN 8 /* measured: from n = 6 on the tiles beat the vector kernels */
+
+/* vpermb table: byte v = 2·(v & 3) − 3 (the index's low 2 bits are the code). */
+HYMT_TARGET_AMX HYMT_INLINE void q2c_amx_tables(__m512i tab[4]) {
+    static const int8_t units[4] = {-3, -1, 1, 3};
+    int32_t four;
+    memcpy(&four, units, 4);
+    tab[0] = tab[1] = tab[2] = tab[3] = _mm512_set1_epi32(four);
+}
+
+/* Unit planes of group g of 16 rows, bt[plane][k/4][row·4 + k%4] (rows past `rows` read as code 0). */
+HYMT_TARGET_AMX HYMT_INLINE void q2c_amx_decode(const uint8_t *wt, size_t row_bytes, int rows, int64_t g,
+                                                const __m512i *tab, int8_t (*bt)[16][64]) {
+    int64_t at = (g >> 1) * Q2C_BYTES + 2 + 64 * (g & 1); /* the group's code bytes in a row */
+    __m512i rc[16], c[16]; /* [row] 64 code bytes; [j] lane i: code bytes 4j..4j+3 of row i */
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+        if (i >= rows) {
+            rc[i] = _mm512_setzero_si512();
+            continue;
+        }
+        const uint8_t *src = wt + i * row_bytes + at;
+        _mm_prefetch((const char *)src + 32 * row_bytes, _MM_HINT_T0); /* the next 32-row tile */
+        _mm_prefetch((const char *)src + 32 * row_bytes + 63, _MM_HINT_T0);
+        rc[i] = _mm512_loadu_si512((const void *)src);
+    }
+    hymt_transpose16_epi32(rc, c);
+    _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
+        _mm512_store_si512((void *)bt[0][j], _mm512_permutexvar_epi8(c[j], tab[0]));
+        _mm512_store_si512((void *)bt[1][j], _mm512_permutexvar_epi8(_mm512_srli_epi16(c[j], 2), tab[0]));
+        _mm512_store_si512((void *)bt[2][j], _mm512_permutexvar_epi8(_mm512_srli_epi16(c[j], 4), tab[0]));
+        _mm512_store_si512((void *)bt[3][j], _mm512_permutexvar_epi8(_mm512_srli_epi16(c[j], 6), tab[0]));
+    }
+}
+
+HYMT_TARGET_AMX HYMT_INLINE __m512 q2c_amx_scales(const uint8_t *wt, __m512i row_offsets, __mmask16 mask, int64_t g) {
+    return hymt_gather_scales(wt, row_offsets, mask, (g >> 1) * Q2C_BYTES, 0);
+}
+
+HYMT_LOWBIT_AMX_GEMM(q2c_gemm_amx, q2c_amx_tables, q2c_amx_decode, q2c_amx_scales, hymt_gemm_q2_0c_scalar)
+#endif /* HYMT_HAVE_AMX */
+
 static void hymt_gemm_q2_0c_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                    size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {
+#if defined(HYMT_HAVE_AMX)
+    if (n >= Q2C_AMX_MIN && cols > 0 && hymt_amx_active()) {
+        q2c_gemm_amx(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        return;
+    }
+#endif
     if (n >= Q2C_BATCH_MIN && cols > 0) /* (the tiles write y per block: none when cols = 0) */
         q2c_gemm_tiles(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
     else

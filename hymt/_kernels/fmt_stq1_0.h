@@ -37,6 +37,7 @@
 #include "cpu.h"
 #include "vec.h"
 #include "lowbit_common.h"
+#include "lowbit_amx.h"
 
 #define STQ1_BLOCK 256
 #define STQ1_BYTES 42
@@ -423,9 +424,53 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
 STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1)
 STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0)
 
+/* ---- AMX batched kernel (n ≥ STQ1_AMX_MIN where hymt_amx_active(); lowbit_amx.h) ----
+ * A block is one activation group. Its B tiles: the transposed index vectors (as the batched vector
+ * kernel builds them, vector j = groups 4j..4j+3 of 16 rows) looked up in signed digit tables (lane
+ * − 1): plane p, row j, dword i = the digits of groups 4j..4j+3 of weight row i, which multiply
+ * act.qs[64p + 4j .. 64p + 4j + 3]; tdpbssd then gives Σ digit·q directly (no − Σq correction). */
+#if defined(HYMT_HAVE_AMX)
+#define STQ1_AMX_MIN 8 /* measured: from n = 6 on the tiles beat the batched vector kernel */
+
+/* vpermb tables: byte i = digit (lane p − 1) of entry i & 31. */
+HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_tables(__m512i tab[4]) {
+    stq1_tables_vbmi(tab);
+    for (int p = 0; p < 4; p++) tab[p] = _mm512_sub_epi8(tab[p], _mm512_set1_epi8(1));
+}
+
+/* Digit planes of block b of 16 rows, bt[plane][k/4][row·4 + k%4] (rows past `rows` repeat the last). */
+HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_decode(const uint8_t *wt, size_t row_bytes, int rows, int64_t b,
+                                                 const __m512i *tab, int8_t (*bt)[16][64]) {
+    const __m512i c16 = _mm512_set1_epi8(16);
+    __m512i rix[16], ix[16]; /* [row] 64 group indices; [j] lane i: groups 4j..4j+3 of row i */
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+        const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES;
+        _mm_prefetch((const char *)blk + 32 * row_bytes, _MM_HINT_T0); /* the next 32-row tile */
+        __m512i nib = stq1_nibbles512(blk);
+        rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16);
+    }
+    hymt_transpose16_epi32(rix, ix);
+    for (int p = 0; p < 4; p++)
+        _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+            _mm512_store_si512((void *)bt[p][j], _mm512_permutexvar_epi8(ix[j], tab[p]));
+}
+
+HYMT_TARGET_AMX HYMT_INLINE __m512 stq1_amx_scales(const uint8_t *wt, __m512i row_offsets, __mmask16 mask, int64_t b) {
+    return hymt_gather_scales(wt, row_offsets, mask, b * STQ1_BYTES + 38, 1);
+}
+
+HYMT_LOWBIT_AMX_GEMM(stq1_gemm_amx, stq1_amx_tables, stq1_amx_decode, stq1_amx_scales, hymt_gemm_stq1_0_scalar)
+#endif /* HYMT_HAVE_AMX */
+
 static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                     int64_t y_stride) {
+#if defined(HYMT_HAVE_AMX)
+    if (n >= STQ1_AMX_MIN && cols > 0 && hymt_amx_active()) {
+        stq1_gemm_amx(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        return;
+    }
+#endif
     int vbmi = hymt_cpu()->avx512vbmi;
     if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
         if (vbmi)
