@@ -360,7 +360,7 @@ def test_amx_tiles_equal_the_scalar_reference(dtype: str) -> None:
     rng = np.random.default_rng(37)
     cols = 1024
     w, up = make_weight(dtype, 37, cols, rng), make_weight(dtype, 37, cols, rng)
-    for n in (1, 4, 8, 9, 15, 16, 17, 33, 64, 100):
+    for n in (1, 4, 8, 9, 15, 16, 17, 33, 64, 100, 272):
         x = rng.standard_normal((n, cols)).astype(np.float32)
         scalar = matmul_isa("scalar", w, x)
         for amx in (True, False):
