@@ -308,6 +308,73 @@ def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: st
         kernels.set_num_threads(previous)
 
 
+AMX = "avx512" in ISAS and bool(kernels.cpu_features()["amx_int8"])
+needs_amx = pytest.mark.skipif(not AMX, reason="no AMX tiles (amx_int8) under the avx512 family")
+
+
+@needs_amx
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_amx_tiles_equal_scalar_and_vector_kernels(dtype: str) -> None:
+    """Batched calls on AMX tiles (n from the tile threshold up, partial token and row tiles) give the scalar
+    reference's bits, as do the vector kernels with the tiles switched off; extreme codes and scales
+    (all-max codes, sub-scales and mins with ±127 activations) keep the tile sums exact."""
+    rng = np.random.default_rng(29)
+    rows, cols = 37, 1280
+    w = random_weight(dtype, rows, cols, rng)
+    extreme = np.full((rows * cols // 256, BLOCK_BYTES[dtype]), 0xFF, dtype=np.uint8)
+    extreme[1::2] = rng.choice(np.array([0x00, 0x80, 0x7F], dtype=np.uint8), size=extreme[1::2].shape)
+    for offset in SCALE_OFFSETS[dtype]:
+        extreme[:, offset : offset + 2] = fp16_bytes(np.full(len(extreme), 0.5))
+    w_extreme = PackedMatrix("extreme", dtype, (cols, rows), extreme.reshape(-1))
+    for n in (1, 8, 9, 15, 16, 17, 33, 64, 100, 272):  # 272: a second pass over the weights, with a tail
+        x = activations(n, cols, rng)
+        x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)  # every q = ±127
+        for weight, inputs in ((w, x), (w_extreme, x_sign)):
+            reference = matmul_isa("scalar", weight, inputs)
+            with kernels.use_amx(True):
+                tiles = matmul_isa("avx512", weight, inputs)
+            with kernels.use_amx(False):
+                vector = matmul_isa("avx512", weight, inputs)
+            np.testing.assert_array_equal(bits(tiles), bits(reference), err_msg=f"AMX, n = {n}")
+            np.testing.assert_array_equal(bits(vector), bits(reference), err_msg=f"no AMX, n = {n}")
+    value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
+    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+
+
+@needs_amx
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
+    """A token's row on tiles equals its GEMV row (vector kernels) whatever shares the call, for any
+    thread count; the fused projections give the plain products' bits."""
+    rng = np.random.default_rng(31)
+    rows, cols, n = 2049, 512, 41
+    w = random_weight(dtype, rows, cols, rng)
+    x = activations(n, cols, rng)
+    previous = kernels.get_num_threads()
+    try:
+        with kernels.use_isa("avx512"), kernels.use_amx(True):
+            kernels.set_num_threads(2)
+            full = quant.matmul(w, x)
+            for t in (0, 16, 40):
+                np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
+            for subset in (list(range(40, 19, -1)), [3, 9, 27, 1, 0, 33, 12, 5, 8, 30], list(range(16))):
+                np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
+            for threads in (1, 3):
+                kernels.set_num_threads(threads)
+                np.testing.assert_array_equal(bits(quant.matmul(w, x)), bits(full))
+            up = random_weight(dtype, rows, cols, rng)
+            g = quant.matmul(w, x).astype(np.float64)
+            u = quant.matmul(up, x).astype(np.float64)
+            with np.errstate(over="ignore"):
+                expected = g / (1.0 + np.exp(-g)) * u
+            assert np.allclose(quant.gate_up_silu(w, up, x), expected, rtol=1e-5, atol=1e-6)
+            q, k, v = quant.qkv(w, up, w, x)
+            np.testing.assert_array_equal(bits(q), bits(full))
+            np.testing.assert_array_equal(bits(k), bits(quant.matmul(up, x)))
+    finally:
+        kernels.set_num_threads(previous)
+
+
 # ---- float32 path -----------------------------------------------------------------------------------
 
 

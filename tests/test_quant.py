@@ -349,6 +349,27 @@ def test_thread_count_and_batch_composition_invariance(dtype: str) -> None:
         kernels.set_num_threads(previous)
 
 
+@pytest.mark.skipif(
+    "avx512" not in ISAS or not kernels.cpu_features()["amx_int8"],
+    reason="no AMX tiles under the avx512 family",
+)
+@pytest.mark.parametrize("dtype", INT8_FORMATS)
+def test_amx_tiles_equal_the_scalar_reference(dtype: str) -> None:
+    """With AMX tiles allowed or not, the avx512 family returns the scalar reference's bits on both sides of
+    any tile threshold, for partial token and row tiles and the fused projections."""
+    rng = np.random.default_rng(37)
+    cols = 1024
+    w, up = make_weight(dtype, 37, cols, rng), make_weight(dtype, 37, cols, rng)
+    for n in (1, 4, 8, 9, 15, 16, 17, 33, 64, 100, 272):
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+        scalar = matmul_isa("scalar", w, x)
+        for amx in (True, False):
+            with kernels.use_amx(amx), kernels.use_isa("avx512"):
+                assert np.array_equal(quant.matmul(w, x), scalar), f"AMX {amx}, n = {n}"
+                q, k, _ = quant.qkv(w, up, w, x)
+                assert np.array_equal(q, scalar) and np.array_equal(k, quant.matmul(up, x))
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 def test_fused_kernels_equal_unfused(dtype: str) -> None:
     rng = np.random.default_rng(17)

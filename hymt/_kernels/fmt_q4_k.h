@@ -25,6 +25,7 @@
 #define HYMT_FMT_Q4_K_H
 
 #include "kquant_common.h"
+#include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
 /* Row-at-a-time AVX-512 path up to this many tokens (measured: from 3 tokens the row tiles are faster) */
@@ -535,6 +536,213 @@ static void hymt_gemm_q4_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
 }
 #endif /* HYMT_ARM64 */
 
+#if defined(HYMT_HAVE_AMX)
+/* ---- AMX tiles (amx.h) for batched products: n >= HYMT_Q4_K_AMX_MIN under the avx512 family ----------
+ * The same exact A and B per (row, token, block) as the definition, then the same two float steps, so
+ * the same bits as the scalar reference and the vector kernels. A is formed on tiles as
+ * C[token][row] += act[token][k] · W[k][row] over the whole block (K = 256):
+ *
+ *   A = Σ_k q[k] · q4[k] · sc(j(k)), split as sc = (sc & 7) + 8 · (sc >> 3) because q4 · sc (<= 945) does
+ *       not fit a byte: C0 against q4 × (sc & 7), C1 against q4 × (sc >> 3) (both <= 105), A = C0 + 8 C1
+ *       (exact int32, |A| < 2^31 as in the definition);
+ *   B = Σ_j m(j) · bsum_j in vector registers (lane = row), as the vector kernel does: four vpdpwssd of
+ *       int16 pairs (m(2i), m(2i+1)) · (bsum_2i, bsum_2i+1).
+ * Each 16-row tile of a block is decoded once (hymt_q4_k_amx_tile) and serves every token of the pass.
+ * Tokens go in tiles of 16, activations tile-loaded straight from the prepared buffer (act_stride apart);
+ * the last n % 16 tokens are copied once per call into a zero-padded buffer (nothing is read past n). Two
+ * pairs of accumulator tiles alternate so that the tile products of token tile k + 1 can run while the
+ * vector units finish token tile k. Below HYMT_Q4_K_AMX_MIN tokens the per-block decode (a 16-row
+ * transpose and the scaled copies) costs more than the tiles save (measured: even at 8-9 tokens). */
+#define HYMT_Q4_K_AMX_MIN 9
+/* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
+#define HYMT_Q4_K_AMX_PASS 256
+
+/* B operands of one block of a 16-row tile ("VNNI" order: 4 consecutive k of one row per dword) and the
+ * per-row values of the vector steps, 8576 bytes. Rows past the end of the range repeat the last row
+ * (their lanes are never stored). */
+typedef struct {
+    uint8_t w1[64][64]; /* w1[kd][4r + e] = q4 × (sc & 7) of row r at input 4kd + e */
+    uint8_t w2[64][64]; /* w2[kd][4r + e] = q4 × (sc >> 3) */
+    int32_t mn[4][16];  /* mn[i][r] = m(2i) | m(2i+1) << 16 of row r: an int16 pair */
+    float d[16];        /* d of row r */
+    float ndmin[16];    /* −dmin of row r */
+} hymt_q4_k_amx_tile;
+
+/* Decode block blk0 (row 0 of the tile) .. blk0 + (rows − 1) · row_bytes into tl. */
+HYMT_TARGET_AMX HYMT_INLINE void hymt_q4_k_amx_decode(const uint8_t *blk0, size_t row_bytes, int rows,
+                                                      hymt_q4_k_amx_tile *tl) {
+    const __m512i lane = _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(rows - 1));
+    const __m512i offs = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+    const __m512i g0 = _mm512_i32gather_epi32(offs, (const void *)blk0, 1);       /* d | dmin << 16 */
+    const __m512i ga = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 4), 1); /* scale bytes 0..3 */
+    const __m512i gb = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 8), 1);
+    const __m512i gc = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 12), 1);
+    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
+    /* hymt_q4_k_scale_min on 32-bit words, one row per lane: byte j of sc03|sc47 = sc(j), of m03|m47 = m(j) */
+    const __m512i sc03 = _mm512_and_si512(ga, k3f);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
+    const __m512i m03 = _mm512_and_si512(gb, k3f);
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+    /* per sub-block j, lane r: (sc & 7) and (sc >> 3) in both int16 halves, the multipliers of the codes
+     * (a code byte times <= 7 stays below 256, so one vpmullw multiplies both bytes of a word exactly) */
+    const __m512i ff = _mm512_set1_epi32(0xff), k7 = _mm512_set1_epi32(7), pair = _mm512_set1_epi32(0x00010001);
+    __m512i lo[8], hi[8];
+    for (int j = 0; j < 8; j++) {
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc03 : sc47, 8 * (j % 4)), ff);
+        lo[j] = _mm512_mullo_epi32(_mm512_and_si512(sc, k7), pair);
+        hi[j] = _mm512_mullo_epi32(_mm512_srli_epi32(sc, 3), pair);
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int h = 0; h < 2; h++) {
+        __m512i x[16], t[16]; /* x[r]: bytes 64h..64h+63 of row r's codes = groups 2h, 2h+1 */
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *p = blk0 + (size_t)(r < rows ? r : rows - 1) * row_bytes;
+            x[r] = _mm512_loadu_si512((const void *)(p + 16 + 64 * h));
+        }
+        hymt_kq_transpose16(x, t);
+        /* byte l of 32-byte group g: low nibble = input 64g + l (sub-block 2g), high = 64g + 32 + l (2g + 1) */
+        for (int k = 0; k < 16; k++) {
+            const int g = 2 * h + k / 8, kd = 16 * g + k % 8;
+            const __m512i cl = _mm512_and_si512(t[k], m4), ch = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), m4);
+            _mm512_store_si512((void *)tl->w1[kd], _mm512_mullo_epi16(cl, lo[2 * g]));
+            _mm512_store_si512((void *)tl->w2[kd], _mm512_mullo_epi16(cl, hi[2 * g]));
+            _mm512_store_si512((void *)tl->w1[kd + 8], _mm512_mullo_epi16(ch, lo[2 * g + 1]));
+            _mm512_store_si512((void *)tl->w2[kd + 8], _mm512_mullo_epi16(ch, hi[2 * g + 1]));
+        }
+    }
+    const __m512i ff16 = _mm512_set1_epi32(0xff0000);
+    _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
+                                                           _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
+                                                           _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[2], _mm512_or_si512(_mm512_and_si512(m47, ff),
+                                                           _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16)));
+    _mm512_store_si512((void *)tl->mn[3], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
+                                                           _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16)));
+    _mm512_store_ps(tl->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
+    _mm512_store_ps(tl->ndmin, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin),
+                                                                    _mm512_set1_epi32((int)0x80000000u))));
+}
+
+/* C0, C1 of one token tile (16 activation rows at `at`, `stride` apart) against tl into accumulator tiles
+ * TC0, TC1 (activations in tile TA, B operands in 6, 7). Tile numbers are literals: the intrinsics paste
+ * them into the instruction. */
+#define HYMT_Q4_K_AMX_PRODUCTS(TC0, TC1, TA, tl, at, stride)                                                \
+    do {                                                                                                    \
+        _tile_zero(TC0);                                                                                    \
+        _tile_zero(TC1);                                                                                    \
+        for (int q_ = 0; q_ < 4; q_++) { /* inputs 64q .. 64q + 63 */                                       \
+            _tile_loadd(6, (tl)->w1[16 * q_], 64);                                                          \
+            _tile_loadd(7, (tl)->w2[16 * q_], 64);                                                          \
+            _tile_loadd(TA, (at) + 64 * q_, (stride));                                                      \
+            _tile_dpbssd(TC0, TA, 6);                                                                       \
+            _tile_dpbssd(TC1, TA, 7);                                                                       \
+        }                                                                                                   \
+    } while (0)
+
+/* Tiles: 0, 1 and 2, 3 the sums C0, C1 [16 tokens][16 rows] int32 of two token tiles in turn; 4, 5 their
+ * activations [16 tokens][64 bytes]; 6, 7 the B operands [16 k-quads][64 bytes]. */
+HYMT_TARGET_AMX static void hymt_gemm_q4_k_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                               const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                               float *y, int64_t y_stride) {
+    static const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    const int64_t nb = cols / 256;
+    hymt_q4_k_amx_tile tl __attribute__((aligned(64)));
+    int32_t c[2][2][16][16] __attribute__((aligned(64))); /* C0, C1 read back: [pair][C][token][row] */
+    float acc[HYMT_Q4_K_AMX_PASS][16] __attribute__((aligned(64))); /* [token of the pass][row of the tile] */
+    /* tail: [nb][16][256] the activations of the last n % 16 tokens, zero-padded to a whole token tile */
+    const int tail_tokens = (int)(n % 16);
+    int8_t *tail = NULL;
+    if (tail_tokens > 0) {
+        if ((tail = (int8_t *)aligned_alloc(64, (size_t)nb * 16 * 256)) == NULL) {
+            hymt_gemm_q4_k_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+            return;
+        }
+        memset(tail, 0, (size_t)nb * 16 * 256);
+        for (int i = 0; i < tail_tokens; i++)
+            for (int64_t b = 0; b < nb; b++)
+                memcpy(tail + ((size_t)b * 16 + i) * 256,
+                       ((const hymt_k8 *)(act + (size_t)(n - tail_tokens + i) * act_stride) + b)->qs, 256);
+    }
+    hymt_amx_configure(tile_rows, tile_colsb);
+    for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q4_K_AMX_PASS) {
+        const int np = n - t0 < HYMT_Q4_K_AMX_PASS ? (int)(n - t0) : HYMT_Q4_K_AMX_PASS;
+        const int ntt = (np + 15) / 16;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+            const uint8_t *base = w + (size_t)r * row_bytes;
+            const size_t ahead = (size_t)rows * HYMT_Q4_K_BYTES; /* the next tile's bytes per block step */
+            for (int t = 0; t < np; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+            for (int64_t b = 0; b < nb; b++) {
+                /* the next row tile, read linearly into L2 while this one is computed */
+                const uint8_t *next = base + (size_t)rows * row_bytes + (size_t)b * ahead;
+                for (size_t k = 0; k < ahead; k += 64) __builtin_prefetch(next + k, 0, 2);
+                hymt_q4_k_amx_decode(base + (size_t)b * HYMT_Q4_K_BYTES, row_bytes, rows, &tl);
+                const __m512 d = _mm512_load_ps(tl.d), ndmin = _mm512_load_ps(tl.ndmin);
+                __m512i mn[4];
+                for (int i = 0; i < 4; i++) mn[i] = _mm512_load_si512((const void *)tl.mn[i]);
+                const uint8_t *a0 = act + (size_t)t0 * act_stride + (size_t)b * sizeof(hymt_k8);
+                for (int k = 0; k <= ntt; k++) {
+                    /* products of token tile k, the vector steps of token tile k − 1 (read back before), then
+                     * the store of k: the tile unit and the vector units work side by side */
+                    if (k < ntt) {
+                        const int whole = 16 * k + 16 <= np;
+                        const uint8_t *at = whole ? a0 + (size_t)(16 * k) * act_stride
+                                                  : (const uint8_t *)tail + (size_t)b * 16 * 256;
+                        const size_t stride = whole ? act_stride : 256;
+                        if (k % 2 == 0)
+                            HYMT_Q4_K_AMX_PRODUCTS(0, 1, 4, &tl, at, stride);
+                        else
+                            HYMT_Q4_K_AMX_PRODUCTS(2, 3, 5, &tl, at, stride);
+                    }
+                    if (k > 0) {
+                        const int t = 16 * (k - 1), T = np - t < 16 ? np - t : 16;
+                        int32_t(*cp)[16][16] = c[(k - 1) % 2];
+                        for (int i = 0; i < T; i++) {
+                            const hymt_k8 *g = (const hymt_k8 *)(a0 + (size_t)(t + i) * act_stride);
+                            const __m512i A = _mm512_add_epi32(_mm512_load_si512((const void *)cp[0][i]),
+                                                               _mm512_slli_epi32(_mm512_load_si512((const void *)cp[1][i]), 3));
+                            __m512i B = _mm512_setzero_si512();
+                            for (int j = 0; j < 4; j++)
+                                B = _mm512_dpwssd_epi32(B, mn[j], _mm512_set1_epi32(hymt_k8_bsum_pair(g, j)));
+                            const __m512 v = _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(B), _mm512_mul_ps(d, _mm512_cvtepi32_ps(A)));
+                            _mm512_store_ps(acc[t + i], _mm512_fmadd_ps(_mm512_set1_ps(g->d), v, _mm512_load_ps(acc[t + i])));
+                        }
+                    }
+                    if (k < ntt && k % 2 == 0) {
+                        _tile_stored(0, c[0][0], 64);
+                        _tile_stored(1, c[0][1], 64);
+                    } else if (k < ntt) {
+                        _tile_stored(2, c[1][0], 64);
+                        _tile_stored(3, c[1][1], 64);
+                    }
+                }
+            }
+            const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, _mm512_load_ps(acc[t]));
+        }
+    }
+    hymt_amx_release();
+    free(tail);
+}
+#undef HYMT_Q4_K_AMX_PRODUCTS
+
+/* The avx512 entry of the format: tiles for batches when AMX is on, else the vector kernel (same bits). */
+HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512_amx(const uint8_t *w, size_t row_bytes, int64_t r0,
+                                                         int64_t r1, const uint8_t *act, size_t act_stride,
+                                                         int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    if (n >= HYMT_Q4_K_AMX_MIN && hymt_amx_active())
+        hymt_gemm_q4_k_amx(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        hymt_gemm_q4_k_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+}
+#endif /* HYMT_HAVE_AMX */
+
 static const hymt_format HYMT_FORMAT_Q4_K = {
     "Q4_K",
     256,
@@ -545,7 +753,10 @@ static const hymt_format HYMT_FORMAT_Q4_K = {
     hymt_act_stride_k8,
     {
         hymt_gemm_q4_k_scalar,
-#if defined(HYMT_X86)
+#if defined(HYMT_HAVE_AMX)
+        hymt_gemm_q4_k_avx2,
+        hymt_gemm_q4_k_avx512_amx,
+#elif defined(HYMT_X86)
         hymt_gemm_q4_k_avx2,
         hymt_gemm_q4_k_avx512,
 #else

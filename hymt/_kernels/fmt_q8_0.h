@@ -32,6 +32,7 @@
 #include "hymt_common.h"
 #include "act_q8g.h"
 #include "vec.h"
+#include "amx.h"
 
 #define HYMT_Q8_0_BYTES 34
 
@@ -461,6 +462,132 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q8_0_avx2(const uint8_t *w, size_t row_by
 }
 #endif /* HYMT_X86 */
 
+#if defined(HYMT_HAVE_AMX)
+/* ---- AMX tiles (amx.h) for batched products: n >= HYMT_Q8_0_AMX_MIN under the avx512 family ----------
+ * Each block's exact isum for 16 tokens × 16 rows is one tile product C[token][row] += act[token][32] ·
+ * W[8 k-quads][16 rows × 4] (tdpbssd, both operands signed, K = 32: one product per block because every
+ * block has its own d); then the definition's float steps run per token with lane = row, in the same order
+ * (gacc over the group's eight blocks, then the group's fma into the total): the same bits as the scalar
+ * reference and the vector kernels. A group of a 16-row tile is transposed once (hymt_q8_0_panel_avx512,
+ * its +128 undone) and serves every token of the pass; activations are tile-loaded straight from the
+ * prepared buffer, except the last n % 16 tokens, copied once into a zero-padded buffer. A tile store
+ * costs the tile unit as much as a product and every block needs its own (its own d), so the gain is
+ * smaller than for Q4_K's whole-block sums; below 16 tokens the vector kernel is faster (measured). */
+#define HYMT_Q8_0_AMX_MIN 16
+/* Tokens per pass over the weights (bounds the float totals on the stack: 16 KiB). */
+#define HYMT_Q8_0_AMX_PASS 256
+
+/* Tiles: 0..3 the isums [16 tokens][16 rows] int32 of four blocks; 4, 5 activations [16 tokens][32 bytes];
+ * 6, 7 weights [8 k-quads][16 rows × 4 bytes]. */
+HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                               const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                               float *y, int64_t y_stride) {
+    static const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 8, 8};
+    static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
+    const int64_t groups = cols / 256;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i W[64];                                             /* [block][k-quad] of one group, +128 */
+    __m512 D[8];                                               /* [block] lane r = d of row r */
+    int8_t bt[8][8][64] __attribute__((aligned(64)));          /* [block][k-quad][4r + e] signed weights */
+    int32_t c[2][4][16][16] __attribute__((aligned(64)));      /* isums read back: [step % 2][block of the half][token][row] */
+    float gacc[16][16] __attribute__((aligned(64)));           /* [token][row] a token tile's gacc after 4 blocks */
+    float acc[HYMT_Q8_0_AMX_PASS][16] __attribute__((aligned(64))); /* [token of the pass][row] */
+    /* tail: [groups][16][256] the activations of the last n % 16 tokens, zero-padded to a whole tile */
+    const int tail_tokens = (int)(n % 16);
+    int8_t *tail = NULL;
+    if (tail_tokens > 0) {
+        if ((tail = (int8_t *)aligned_alloc(64, (size_t)groups * 16 * 256)) == NULL) {
+            hymt_gemm_q8_0_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+            return;
+        }
+        memset(tail, 0, (size_t)groups * 16 * 256);
+        for (int i = 0; i < tail_tokens; i++)
+            for (int64_t g = 0; g < groups; g++)
+                memcpy(tail + ((size_t)g * 16 + i) * 256,
+                       ((const hymt_q8_0_act *)(act + (size_t)(n - tail_tokens + i) * act_stride) + g)->qs, 256);
+    }
+    hymt_amx_configure(tile_rows, tile_colsb);
+    for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_AMX_PASS) {
+        const int np = n - t0 < HYMT_Q8_0_AMX_PASS ? (int)(n - t0) : HYMT_Q8_0_AMX_PASS;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+            for (int t = 0; t < np; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+            for (int64_t g = 0; g < groups; g++) {
+                hymt_q8_0_prefetch(w, row_bytes, r, 16, r1, g, groups, 1);
+                hymt_q8_0_panel_avx512(w + (size_t)r * row_bytes, row_bytes, rows, g, W, D);
+                for (int i = 0; i < 64; i++) _mm512_store_si512((void *)bt[i / 8][i % 8], _mm512_xor_si512(W[i], flip));
+                const uint8_t *a0 = act + (size_t)t0 * act_stride + (size_t)g * sizeof(hymt_q8_0_act);
+                /* half-steps s = 2k + h: blocks 4h .. 4h + 3 of token tile k. The products of step s, then the
+                 * vector steps of s − 1 (its sums read back before), then the store of s: the tile unit
+                 * and the vector units work side by side. */
+                const int steps = 2 * ((np + 15) / 16);
+                for (int s = 0; s <= steps; s++) {
+                    if (s < steps) {
+                        const int t = 16 * (s / 2), h = s % 2;
+                        const uint8_t *at = np - t >= 16 ? a0 + (size_t)t * act_stride
+                                                         : (const uint8_t *)tail + (size_t)g * 16 * 256;
+                        const size_t stride = np - t >= 16 ? act_stride : 256;
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                        _tile_loadd(4, at + 32 * (4 * h), stride);
+                        _tile_loadd(6, bt[4 * h], 64);
+                        _tile_dpbssd(0, 4, 6);
+                        _tile_loadd(5, at + 32 * (4 * h + 1), stride);
+                        _tile_loadd(7, bt[4 * h + 1], 64);
+                        _tile_dpbssd(1, 5, 7);
+                        _tile_loadd(4, at + 32 * (4 * h + 2), stride);
+                        _tile_loadd(6, bt[4 * h + 2], 64);
+                        _tile_dpbssd(2, 4, 6);
+                        _tile_loadd(5, at + 32 * (4 * h + 3), stride);
+                        _tile_loadd(7, bt[4 * h + 3], 64);
+                        _tile_dpbssd(3, 5, 7);
+                    }
+                    if (s > 0) {
+                        const int t = 16 * ((s - 1) / 2), h = (s - 1) % 2, T = np - t < 16 ? np - t : 16;
+                        int32_t(*cs)[16][16] = c[(s - 1) % 2];
+                        for (int i = 0; i < T; i++) {
+                            /* gacc over blocks 0..3 waits in gacc[i] for blocks 4..7 */
+                            __m512 ga = h == 0 ? _mm512_setzero_ps() : _mm512_load_ps(gacc[i]);
+                            for (int b = 0; b < 4; b++)
+                                ga = _mm512_fmadd_ps(D[4 * h + b], _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cs[b][i])), ga);
+                            if (h == 0) {
+                                _mm512_store_ps(gacc[i], ga);
+                            } else {
+                                const float sg = ((const hymt_q8_0_act *)(a0 + (size_t)(t + i) * act_stride))->s;
+                                _mm512_store_ps(acc[t + i], _mm512_fmadd_ps(_mm512_set1_ps(sg), ga, _mm512_load_ps(acc[t + i])));
+                            }
+                        }
+                    }
+                    if (s < steps) {
+                        _tile_stored(0, c[s % 2][0], 64);
+                        _tile_stored(1, c[s % 2][1], 64);
+                        _tile_stored(2, c[s % 2][2], 64);
+                        _tile_stored(3, c[s % 2][3], 64);
+                    }
+                }
+            }
+            const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, _mm512_load_ps(acc[t]));
+        }
+    }
+    hymt_amx_release();
+    free(tail);
+}
+
+/* The avx512 entry of the format: tiles for batches when AMX is on (and the panel's int32 row offsets
+ * fit), else the vector kernel (same bits). */
+HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512_amx(const uint8_t *w, size_t row_bytes, int64_t r0,
+                                                         int64_t r1, const uint8_t *act, size_t act_stride,
+                                                         int64_t n, int64_t cols, float *y, int64_t y_stride) {
+    if (n >= HYMT_Q8_0_AMX_MIN && row_bytes <= ((size_t)1 << 26) && hymt_amx_active())
+        hymt_gemm_q8_0_amx(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    else
+        hymt_gemm_q8_0_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+}
+#endif /* HYMT_HAVE_AMX */
+
 #if defined(HYMT_ARM64)
 /* NEON SDOT: two vdotq_s32 and a lane sum give a block's exact isum; the float steps are the scalar
  * definition's (fmaf is one fused instruction on aarch64). */
@@ -501,7 +628,10 @@ static const hymt_format HYMT_FORMAT_Q8_0 = {
     .gemm =
         {
             [HYMT_ISA_SCALAR] = hymt_gemm_q8_0_scalar,
-#if defined(HYMT_X86)
+#if defined(HYMT_HAVE_AMX)
+            [HYMT_ISA_AVX2] = hymt_gemm_q8_0_avx2,
+            [HYMT_ISA_AVX512] = hymt_gemm_q8_0_avx512_amx,
+#elif defined(HYMT_X86)
             [HYMT_ISA_AVX2] = hymt_gemm_q8_0_avx2,
             [HYMT_ISA_AVX512] = hymt_gemm_q8_0_avx512,
 #endif
