@@ -440,9 +440,8 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
         hymt_q8g g;
         hymt_quantize_group_q8g(x + 256 * b, &g);
         memcpy(a[b].qs, g.qs, 256);
-        for (int k = 0; k < 4; k++)
-            for (int L = 0; L < 16; L++)
-                memcpy(a[b].qs4 + 64 * k + 4 * L, g.qs + 64 * (L % 8 / 2) + 32 * (L / 8) + 8 * k + 4 * (L % 2), 4);
+        for (int k = 0; k < 4; k++) /* lanes 2p, 2p + 1 of vector k: 8 consecutive inputs */
+            for (int p = 0; p < 8; p++) memcpy(a[b].qs4 + 64 * k + 8 * p, g.qs + 64 * (p % 4) + 32 * (p / 4) + 8 * k, 8);
         for (int j = 0; j < 8; j++) {
             a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
             a[b].nb8[j] = -8 * a[b].bsum[j];
