@@ -17,8 +17,9 @@
  * (|A| <= 8·63·32·15·127 < 2^31.) Two float operations per (row, token, block) beyond the conversions,
  * so the SIMD kernels keep one lane per OUTPUT ROW (kquant_common.h, row-lane layout): a tile of 16 rows
  * is decoded once per block and serves every token of the call; the sub-block scales are applied to
- * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. GEMV and
- * batched calls run the same kernel, so the values cannot depend on n.
+ * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. Few-token
+ * calls on AVX-512 read one row at a time instead (one lane per block for the float steps); every path
+ * computes the same integers and the same float sequence, so the values cannot depend on n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q4_K_H
@@ -28,8 +29,8 @@
 #include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
-/* Row-at-a-time AVX-512 path up to this many tokens (measured: from 3 tokens the row tiles are faster) */
-#define HYMT_Q4_K_GEMV_MAX 2
+/* Row-at-a-time AVX-512 path up to this many tokens (measured: from 5 tokens the row tiles are faster) */
+#define HYMT_Q4_K_GEMV_MAX 4
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
 static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
@@ -306,78 +307,120 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time. Vector 2h + e of a block holds the low (e = 0)
- * or high (e = 1) nibbles of code bytes 64h .. 64h+63, against hymt_k8.qs4 (the activations in that
- * order); lane L of a vpdpbusd sums 4 inputs (<= 4·15·127, int16-sized) of sub-block 4h + 2(L/8) + e,
- * vpdpwssd by that sub-block's (sc, 0) scales it, and a horizontal sum gives A. */
-HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                     const uint8_t *act, size_t act_stride, int n, int64_t nb,
-                                                     float *y, int64_t y_stride) {
+/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time (one sequential weight stream). A block's 128
+ * code bytes are rearranged once per row into four vectors V_k with one sub-block per lane across all
+ * four: qword m of the permuted Q_k is qword k of 32-byte group m % 4, and lane L of V_k takes the low
+ * nibbles of Q_k for L < 8 (sub-block 2(L/2)) and the high ones for L >= 8 (sub-block 2((L-8)/2) + 1);
+ * hymt_k8.qs4 holds the activations in that order. Per token a vpdpbusd chain over the four vectors
+ * leaves 16 inputs of one sub-block per lane (<= 16·15·127, int16-sized), one vpdpwssd by the lane's
+ * (sc, 0) scales them, and a horizontal sum (hymt_kq_hsum16, 16 blocks at once) gives A. B of 16 blocks
+ * is four vpdpwssd with one lane per block: the mins of the row's blocks (gathered in registers) times
+ * the token's bsum pairs (arranged the same way once per call). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                          const uint8_t *act, size_t act_stride, const int n,
+                                                          int64_t nb, float *y, int64_t y_stride) {
+    const int64_t ng = (nb + 15) / 16; /* groups of up to 16 blocks */
+    /* per (token, group): bsp[i][kb] = bsum pair i of block 16·group + kb, sv[kb] its activation scale
+     * (zero past the last block) */
+    int32_t(*bsp)[4][16] = (int32_t(*)[4][16])__builtin_alloca((size_t)(n * ng) * sizeof *bsp + 64);
+    bsp = (int32_t(*)[4][16])(((uintptr_t)bsp + 63) & ~(uintptr_t)63);
+    float(*sv)[16] = (float(*)[16])__builtin_alloca((size_t)(n * ng) * sizeof *sv);
+    for (int t = 0; t < n; t++)
+        for (int64_t gi = 0; gi < ng; gi++)
+            for (int kb = 0; kb < 16; kb++) {
+                const int64_t b = 16 * gi + kb;
+                const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b;
+                for (int i = 0; i < 4; i++) bsp[t * ng + gi][i][kb] = b < nb ? hymt_k8_bsum_pair(g, i) : 0;
+                sv[t * ng + gi][kb] = b < nb ? g->d : 0.0f;
+            }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i sub[4]; /* lane L of vector k = 2h + e: sub-block 4h + 2(L/8) + e */
-    for (int k = 0; k < 4; k++)
-        sub[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * (k / 2) + k % 2),
-                                  _mm512_slli_epi32(_mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                                                        11, 12, 13, 14, 15), 3), 1));
-    /* per group of up to 16 blocks of a row: av[t][k] the lane vector of block k, its A as lane k after
-     * hymt_kq_hsum16; bs[t][k] its B; d, −dmin and v per block (lanes past the group's end are unused) */
-    __m512i av[HYMT_Q4_K_GEMV_MAX][16];
-    int32_t bs[HYMT_Q4_K_GEMV_MAX][16];
-    float dd[16], nm[16], vs[16];
+    const __m512i nibble = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i sigma = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7); /* lane -> sub-block */
+    __m512i qidx[4], midx[4];
+    for (int k = 0; k < 4; k++) /* qword m of Q_k: qword k of group m % 4 (groups 0, 1 in z0, 2, 3 in z1) */
+        qidx[k] = _mm512_add_epi64(_mm512_setr_epi64(0, 4, 8, 12, 0, 4, 8, 12), _mm512_set1_epi64(k));
+    for (int i = 0; i < 4; i++) /* lane kb of M_i: dword 4kb + i of the group's mins table (mod 32) */
+        midx[i] = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+                                   _mm512_set1_epi32(i));
+    __m512i av[HYMT_Q4_K_GEMV_MAX][16]; /* [token][block of the group]: A by lane, summed by hymt_kq_hsum16 */
+    int32_t mt[16][4] __attribute__((aligned(64))); /* mt[kb][i] = the int16 pair (m(2i), m(2i+1)) of block kb */
+    uint32_t dm[16] __attribute__((aligned(64))); /* d | dmin << 16 (fp16) of block kb */
+    float vs[16];
     for (int t = 0; t < n; t++)
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
+    memset(mt, 0, sizeof mt);
+    memset(dm, 0, sizeof dm);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
-        float acc[HYMT_Q4_K_GEMV_MAX] = {0.0f};
-        for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        float acc[HYMT_Q4_K_GEMV_MAX];
+        for (int t = 0; t < n; t++) acc[t] = 0.0f;
+        for (int64_t gi = 0; gi < ng; gi++) {
+            const int64_t b0 = 16 * gi;
             const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
             for (int kb = 0; kb < kn; kb++) {
                 const int64_t b = b0 + kb;
                 const uint8_t *blk = row + b * HYMT_Q4_K_BYTES;
                 hymt_kq_prefetch(blk);
-                __m512i wv[4], sc[4];
-                for (int h = 0; h < 2; h++) {
-                    const __m512i z = _mm512_loadu_si512((const void *)(blk + 16 + 64 * h));
-                    wv[2 * h] = _mm512_and_si512(z, m4);
-                    wv[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-                }
+                const __m512i z0 = _mm512_loadu_si512((const void *)(blk + 16));
+                const __m512i z1 = _mm512_loadu_si512((const void *)(blk + 80));
+                __m512i v[4];
+                for (int k = 0; k < 4; k++)
+                    v[k] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi64(z0, qidx[k], z1), nibble), m4);
                 uint64_t scs, mns;
                 hymt_q4_k_scale_min_u64(blk + 4, &scs, &mns);
-                const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs));
-                for (int k = 0; k < 4; k++) sc[k] = _mm512_permutexvar_epi32(sub[k], sc32);
-                const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns));
-                dd[kb] = _cvtsh_ss(hymt_load_u16(blk));
-                nm[kb] = -_cvtsh_ss(hymt_load_u16(blk + 2));
+                const __m512i sc = _mm512_permutexvar_epi32(sigma, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scs)));
+                _mm_store_si128((__m128i *)mt[kb], _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mns)));
+                memcpy(&dm[kb], blk, 4);
                 for (int t = 0; t < n; t++) {
-                    const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b;
-                    __m512i p[4];
-                    for (int k = 0; k < 4; k++)
-                        p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k],
-                                                   _mm512_load_si512((const void *)(g->qs4 + 64 * k)));
-                    /* two chains of two: the sum does not depend on the grouping (exact) */
-                    const __m512i s01 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[0], sc[0]), p[1], sc[1]);
-                    const __m512i s23 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), p[2], sc[2]), p[3], sc[3]);
-                    av[t][kb] = _mm512_add_epi32(s01, s23);
-                    __m128i bm = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)g->bsum));
-                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0x4e));
-                    bm = _mm_add_epi32(bm, _mm_shuffle_epi32(bm, 0xb1));
-                    bs[t][kb] = _mm_cvtsi128_si32(bm);
+                    const int8_t *q = ((const hymt_k8 *)(act + (size_t)t * act_stride) + b)->qs4;
+                    __m512i ch = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], _mm512_load_si512((const void *)q));
+                    ch = _mm512_dpbusd_epi32(ch, v[1], _mm512_load_si512((const void *)(q + 64)));
+                    ch = _mm512_dpbusd_epi32(ch, v[2], _mm512_load_si512((const void *)(q + 128)));
+                    ch = _mm512_dpbusd_epi32(ch, v[3], _mm512_load_si512((const void *)(q + 192)));
+                    av[t][kb] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), ch, sc);
                 }
             }
             /* v of the group's blocks with one lane per block (the same float operations per lane), then
-             * the sequential accumulation */
-            const __m512 ddv = _mm512_loadu_ps(dd), nmv = _mm512_loadu_ps(nm);
+             * the sequential accumulation (lanes past the group's end are unused) */
+            const __m512i dmv = _mm512_load_si512((const void *)dm);
+            const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dmv));
+            const __m512 ndmin = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dmv, 16)))),
+                _mm512_set1_epi32((int)0x80000000u)));
+            __m512i mq[4], mn[4]; /* mq[u]: mt[4u .. 4u+4); mn[i] lane kb: mt[kb][i] */
+            for (int u = 0; u < 4; u++) mq[u] = _mm512_load_si512((const void *)mt[4 * u]);
+            for (int i = 0; i < 4; i++)
+                mn[i] = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(mq[0], midx[i], mq[1]),
+                                                _mm512_permutex2var_epi32(mq[2], midx[i], mq[3]));
             for (int t = 0; t < n; t++) {
+                const int32_t(*bp)[16] = bsp[t * ng + gi];
+                __m512i Bv = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn[0], _mm512_load_si512((const void *)bp[0]));
+                for (int i = 1; i < 4; i++) Bv = _mm512_dpwssd_epi32(Bv, mn[i], _mm512_load_si512((const void *)bp[i]));
                 const __m512 A = _mm512_cvtepi32_ps(hymt_kq_hsum16(av[t]));
-                const __m512 B = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)bs[t]));
-                _mm512_storeu_ps(vs, _mm512_fmadd_ps(nmv, B, _mm512_mul_ps(ddv, A)));
-                const hymt_k8 *g = (const hymt_k8 *)(act + (size_t)t * act_stride) + b0;
-                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(g[kb].d, vs[kb], acc[t]);
+                _mm512_storeu_ps(vs, _mm512_fmadd_ps(ndmin, _mm512_cvtepi32_ps(Bv), _mm512_mul_ps(d, A)));
+                const float *s = sv[t * ng + gi];
+                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(s[kb], vs[kb], acc[t]);
             }
         }
         for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
     }
 }
+
+#define HYMT_Q4_K_GEMV(N)                                                                                   \
+    HYMT_TARGET_AVX512 static void hymt_q4_k_gemv_##N(const uint8_t *w, size_t row_bytes, int64_t r0,           \
+                                                      int64_t r1, const uint8_t *act, size_t act_stride,        \
+                                                      int64_t nb, float *y, int64_t y_stride) {                 \
+        hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride);                       \
+    }
+HYMT_Q4_K_GEMV(1)
+HYMT_Q4_K_GEMV(2)
+HYMT_Q4_K_GEMV(3)
+HYMT_Q4_K_GEMV(4)
+#undef HYMT_Q4_K_GEMV
+typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                  size_t act_stride, int64_t nb, float *y, int64_t y_stride);
+static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2,
+                                                                      hymt_q4_k_gemv_3, hymt_q4_k_gemv_4};
 
 /* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
  * once into L1 and every token of the pass runs over them. While a tile is read, the next one
@@ -387,7 +430,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
     if (n <= HYMT_Q4_K_GEMV_MAX) {
-        hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, (int)n, nb, y, y_stride);
+        hymt_q4_k_gemvs[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
         return;
     }
     hymt_q4_k_tile tl[2] __attribute__((aligned(64)));

@@ -422,8 +422,8 @@ static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
  * 64: an array of groups keeps qs and qs4 64-byte aligned). */
 typedef struct {
     int8_t qs[256];    /* natural order: qs[i] = q[i] (q = hymt_quantize_group_q8g) */
-    int8_t qs4[256];   /* the order of Q4_K's nibbles in 64-byte loads (fmt_q4_k.h): qs4[64(2h + e) + 32u + i] =
-                          q[128h + 64u + 32e + i] for h, e, u in {0, 1}, i < 32 */
+    int8_t qs4[256];   /* the order of Q4_K's rearranged code vectors V_k (fmt_q4_k.h): qs4[64k + 4L + e] =
+                          q[64(L % 8 / 2) + 32(L / 8) + 8k + 4(L % 2) + e] for k < 4, L < 16, e < 4 */
     int32_t nb8[8];    /* −8 · bsum_j: chain starts that centre the Q4_K codes (fmt_q4_k.h) */
     int16_t bsum[8];   /* bsum_j = Σ q[32j .. 32j+32); dword i = (bsum[2i], bsum[2i+1]) as an int16 pair */
     float d;           /* activation scale s of the group */
@@ -440,10 +440,8 @@ static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
         hymt_q8g g;
         hymt_quantize_group_q8g(x + 256 * b, &g);
         memcpy(a[b].qs, g.qs, 256);
-        for (int h = 0; h < 2; h++)
-            for (int e = 0; e < 2; e++)
-                for (int u = 0; u < 2; u++)
-                    memcpy(a[b].qs4 + 64 * (2 * h + e) + 32 * u, g.qs + 128 * h + 64 * u + 32 * e, 32);
+        for (int k = 0; k < 4; k++) /* lanes 2p, 2p + 1 of vector k: 8 consecutive inputs */
+            for (int p = 0; p < 8; p++) memcpy(a[b].qs4 + 64 * k + 8 * p, g.qs + 64 * (p % 4) + 32 * (p / 4) + 8 * k, 8);
         for (int j = 0; j < 8; j++) {
             a[b].bsum[j] = (int16_t)(g.bsums[2 * j] + g.bsums[2 * j + 1]);
             a[b].nb8[j] = -8 * a[b].bsum[j];
@@ -466,9 +464,9 @@ HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
 }
 
 /* Up to HYMT_Q4_K_GEMV_MAX tokens the AVX-512 kernel reads the weights one row at a time (one sequential
- * stream, at memory speed) and computes each block's exact integers with one lane per 4 inputs and a
- * horizontal integer sum; above it, it decodes 16-row tiles (row lanes), which costs more per weight byte
- * but far less per token. The integers are exact and the float steps identical: the same bits. */
+ * stream, at memory speed) and computes each block's exact integers with one lane per 16 inputs of a
+ * sub-block and a horizontal integer sum; above it, it decodes 16-row tiles (row lanes), which costs more
+ * per weight byte but less per token. The integers are exact and the float steps identical: the same bits. */
 
 #if defined(HYMT_X86)
 /* Horizontal sums of 16 int32 vectors at once: lane i of the result = Σ of the lanes of v[i] (exact; a
