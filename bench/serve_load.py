@@ -284,9 +284,33 @@ def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
     return result
 
 
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process and its descendants (the gunicorn master and its worker), or None
+    when /proc cannot tell (not Linux, already gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, pending = 0.0, [pid]
+    try:
+        while pending:
+            current = pending.pop()
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            pending.extend(int(child) for child in children)
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
 def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> dict[str, Any]:
+    """One level of ``streams`` concurrent clients. Besides the rates it reports the CPU each side spent
+    per generated token: on a small machine the load generator competes with the server for cores, and
+    the server's figure (compute threads included) shows how busy the level kept it."""
     results: list[RequestResult] = []
     lock = threading.Lock()
+    pid = target.process.pid if target.process is not None else None
+    load_average = os.getloadavg()[0]
+    server_cpu = process_tree_cpu_seconds(pid) if pid is not None else None
+    client_cpu = time.process_time()
 
     def client(index: int) -> None:
         for k in range(requests):
@@ -304,8 +328,13 @@ def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> d
     for thread in clients:
         thread.join()
     wall_s = time.perf_counter() - started
+    client_cpu = time.process_time() - client_cpu
+    server_end = process_tree_cpu_seconds(pid) if pid is not None else None
     good = [r for r in results if r.error is None]
     tokens = sum(r.tokens for r in good)
+    server_ms = None
+    if server_cpu is not None and server_end is not None and tokens:
+        server_ms = (server_end - server_cpu) * 1000.0 / tokens
     ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
     per_stream = [(r.tokens - 1) * 1000.0 / r.stream_ms for r in good if r.tokens > 1 and r.stream_ms > 0]
     return {
@@ -317,6 +346,9 @@ def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> d
         "aggregate_tokens_per_second": tokens / wall_s,
         "mean_ttft_ms": statistics.fmean(ttfts) if ttfts else None,
         "per_stream_tokens_per_second": statistics.fmean(per_stream) if per_stream else None,
+        "server_cpu_ms_per_token": server_ms,
+        "client_cpu_ms_per_token": client_cpu * 1000.0 / tokens if tokens else None,
+        "load_average_at_start": load_average,
     }
 
 

@@ -24,6 +24,8 @@ _DEFAULTS = {
 }
 # First partial-selection size when no top-k bounds the candidates; doubled until the draw is resolved.
 _FIRST_WINDOW = 64
+# Disjoint groups whose maxima bound a partial selection (top-k up to this size avoids a full selection).
+_SELECTION_GROUPS = 1024
 
 
 def _is_real(value: object) -> bool:
@@ -79,14 +81,38 @@ def top_ids(logits: np.ndarray, count: int) -> np.ndarray:
     if count >= n:
         candidates = np.arange(n)
     else:
-        part = np.argpartition(logits, n - count)[n - count :]
-        kth = logits[part].min()
-        above = np.flatnonzero(logits > kth)
-        # Among equal logits at the boundary the lowest ids belong to the prefix.
-        ties = np.flatnonzero(logits == kth)[: count - above.shape[0]]
-        candidates = np.concatenate([above, ties])
+        ids = _bounded_candidates(logits, count)  # ascending ids, a superset of the prefix
+        values = logits[ids]
+        if count < ids.shape[0]:
+            part = np.argpartition(values, ids.shape[0] - count)[ids.shape[0] - count :]
+            kth = values[part].min()
+            above = ids[values > kth]
+            # Among equal logits at the boundary the lowest ids belong to the prefix.
+            ties = ids[values == kth][: count - above.shape[0]]
+            candidates = np.concatenate([above, ties])
+        else:
+            candidates = ids
     order = np.lexsort((candidates, -logits[candidates]))
     return candidates[order]
+
+
+def _bounded_candidates(logits: np.ndarray, count: int) -> np.ndarray:
+    """Ascending ids of every logit at least the ``count``-th largest of the maxima of disjoint groups.
+
+    Those maxima are ``count`` distinct entries that large, so the ``count``-th largest logit reaches the
+    bound and the ids include the whole top-``count`` prefix with all its ties. One vectorized pass finds
+    the bound, so the selection afterwards runs on a few dozen entries instead of the whole vocabulary
+    (selecting among all 120k logits costs more than a decode step's sampling budget).
+    """
+    n = logits.shape[0]
+    rows = n // _SELECTION_GROUPS
+    if rows < 2 or count > _SELECTION_GROUPS:
+        return np.arange(n)
+    split = rows * _SELECTION_GROUPS
+    # Group j holds ids j, j + G, j + 2G, … below ``split``; each id at or above it is a group of its own.
+    maxima = np.concatenate([logits[:split].reshape(rows, _SELECTION_GROUPS).max(axis=0), logits[split:]])
+    bound = np.partition(maxima, maxima.shape[0] - count)[maxima.shape[0] - count]
+    return np.flatnonzero(logits >= bound)
 
 
 class Sampler:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hymt.errors import GenerationError
-from hymt.sampling import Sampler, SamplingParams, default_sampling
+from hymt.sampling import Sampler, SamplingParams, default_sampling, top_ids
 
 
 def reference_sample(logits, seen, params, rng):
@@ -92,6 +92,32 @@ def test_sampler_flat_distribution_beyond_first_window():
             params = SamplingParams(2.0, top_p, -1, 1.0, seed=seed)
             want = reference_sample(logits, [], params, np.random.default_rng(seed))
             assert Sampler(params, vocab, []).sample(logits) == want
+
+
+def test_top_ids_on_a_real_vocabulary_size_is_the_full_sort_prefix():
+    """Above two groups per id the selection is bounded by group maxima first; ties and every count that
+    the bound covers (and the first one it does not) must still give exactly the sorted prefix."""
+    for seed, scale in enumerate((0.5, 3.0, 40.0)):
+        vocab = 120818 - 777 * seed
+        logits = np.round(np.random.default_rng(seed).standard_normal(vocab) * scale).astype(np.float32)
+        order = sorted(range(vocab), key=lambda i: (-float(logits[i]), i))
+        for count in (1, 2, 20, 64, 1024, 1025, 3000):
+            assert top_ids(logits, count).tolist() == order[:count], (seed, count)
+
+
+def test_sampler_on_a_real_vocabulary_size_matches_reference():
+    vocab = 120818
+    for seed, case in enumerate([(0.7, 0.6, 20, 1.05), (1.0, 0.9, 50, 1.0), (0.7, 1.0, -1, 1.05)]):
+        params = SamplingParams(*case, seed=seed)
+        data = np.random.default_rng(seed)
+        prompt = data.integers(0, vocab, size=30).tolist()
+        sampler, rng, seen = Sampler(params, vocab, prompt), np.random.default_rng(seed), list(prompt)
+        for _step in range(3):
+            logits = np.round(data.standard_normal(vocab) * 4).astype(np.float32)
+            want = reference_sample(logits, seen, params, rng)
+            got = sampler.sample(logits)
+            assert got == want, (case, _step)
+            seen.append(got)
 
 
 def test_top_k_one_is_argmax():
