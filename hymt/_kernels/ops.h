@@ -161,8 +161,17 @@ static inline __attribute__((always_inline)) hymt_v16f hymt_load16(const float *
 
 static inline __attribute__((always_inline)) void hymt_store16(float *p, hymt_v16f v) { memcpy(p, &v, sizeof v); }
 
+/* x in every lane. Only for values outside the inner loops: GCC 12 builds it through the stack (or as 16
+ * masked broadcasts) in the AVX-512 build; hymt_bcast16 is the fast form. */
 static inline __attribute__((always_inline)) hymt_v16f hymt_splat16(float x) {
     return (hymt_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
+/* p[0] in every lane, as a 16-float load and a shuffle of lane 0 (one vbroadcastss): p must have 16
+ * readable floats, hence the padding of the attention scratch. */
+static inline __attribute__((always_inline)) hymt_v16f hymt_bcast16(const float *p) {
+    const hymt_v16f v = hymt_load16(p);
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
 /* The lane tree of a score: (l + l+8), then (+4), then (0 + 2) + (1 + 3). */
@@ -237,7 +246,7 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
             hymt_v16f vv[4];
             for (int m = 0; m < CW; m++) vv[m] = hymt_load16(row + 16 * m);
             for (int g = 0; g < gn; g++) {
-                const hymt_v16f e = hymt_splat16(scores[g * HYMT_OPS_ATTENTION_TILE + p - p0]);
+                const hymt_v16f e = hymt_bcast16(scores + g * HYMT_OPS_ATTENTION_TILE + p - p0);
                 for (int m = 0; m < CW; m++) acc[g][m] += e * vv[m];
             }
         }
@@ -302,7 +311,8 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                         for (; d < D; d++) og[d] *= c;
                     }
                     maxs[r0 + g] = m;
-                    for (int64_t p = 0; p < T; p += 16) hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - hymt_splat16(m)));
+                    const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
+                    for (int64_t p = 0; p < T; p += 16) hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
                     for (int64_t p = 0; p < p1 - p0; p++) sum += s[p];
                     sums[r0 + g] = sum;
                 }
@@ -342,14 +352,20 @@ __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float
                                                                       int64_t t0, int64_t t1, int64_t kv0,
                                                                       int64_t kv1, int64_t H, int64_t K,
                                                                       int64_t D, float *scratch, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1);
+    if (D == 128) /* every Hy-MT2 model: constant trip counts keep the sums in registers */
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1);
+    else
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1);
 }
 
 /* On 512-bit registers: one lane vector per 16 lanes, 4 heads × 64 dims of value sums in registers. */
 __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_attention_task_avx512(
     const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
     int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4);
+    if (D == 128)
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4);
+    else
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4);
 }
 #endif
 
@@ -393,8 +409,10 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
     runs = (K + per - 1) / per;
 #pragma omp parallel num_threads(threads) if (parallel)
     {
-        /* [QB · per · group, T + 2]; zeroed so the unused lanes of a partial tile's exp are defined */
-        float *scratch = (float *)calloc((size_t)(QB * per * group * (HYMT_OPS_ATTENTION_TILE + 2)), sizeof(float));
+        /* [QB · per · group, T + 2] and 16 floats for hymt_bcast16 past the last score; zeroed so the
+         * unused lanes of a partial tile's exp are defined */
+        float *scratch =
+            (float *)calloc((size_t)(QB * per * group * (HYMT_OPS_ATTENTION_TILE + 2) + 16), sizeof(float));
         if (scratch == NULL) {
 #pragma omp atomic write
             failed = 1;
