@@ -229,6 +229,49 @@ static inline __attribute__((always_inline)) void hymt_attention_scores(const fl
     }
 }
 
+/* scores[g * T + j] = score of query head g of q[4, D] against key row j of k (row j at k + j * stride),
+ * for D % 16 == 0: the 16 lane vectors are reduced together, level by level of hymt_hsum16's tree (two
+ * shuffles and an add per pair), so each score gets the same bits as hymt_attention_scores for about a
+ * third of the reduction work. Needs 16 accumulators in registers: the AVX-512 build only. */
+static inline __attribute__((always_inline)) void hymt_attention_scores4x4(const float *q, const float *k,
+                                                                          int64_t stride, int64_t D, float scale,
+                                                                          float *scores) {
+    hymt_v16f acc[16]; /* acc[g * 4 + j] */
+    for (int a = 0; a < 16; a++) acc[a] = hymt_splat16(0.0f);
+    for (int64_t i = 0; i < D; i += 16) {
+        hymt_v16f kk[4];
+        for (int j = 0; j < 4; j++) kk[j] = hymt_load16(k + j * stride + i);
+        for (int g = 0; g < 4; g++) {
+            const hymt_v16f qq = hymt_load16(q + g * D + i);
+            for (int j = 0; j < 4; j++) acc[g * 4 + j] += qq * kk[j];
+        }
+    }
+    hymt_v16f l1[8], l2[4], l3[2]; /* lane l + 8 added to l; then + 4; then + 2; then + 1 */
+    for (int m = 0; m < 8; m++)
+        l1[m] = __builtin_shufflevector(acc[2 * m], acc[2 * m + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21,
+                                        22, 23) +
+                __builtin_shufflevector(acc[2 * m], acc[2 * m + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
+                                        28, 29, 30, 31);
+    for (int m = 0; m < 4; m++)
+        l2[m] = __builtin_shufflevector(l1[2 * m], l1[2 * m + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                                        26, 27) +
+                __builtin_shufflevector(l1[2 * m], l1[2 * m + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28,
+                                        29, 30, 31);
+    for (int m = 0; m < 2; m++)
+        l3[m] = __builtin_shufflevector(l2[2 * m], l2[2 * m + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25,
+                                        28, 29) +
+                __builtin_shufflevector(l2[2 * m], l2[2 * m + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26,
+                                        27, 30, 31);
+    const hymt_v16f sums = __builtin_shufflevector(l3[0], l3[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                                   26, 28, 30) +
+                           __builtin_shufflevector(l3[0], l3[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25,
+                                                   27, 29, 31);
+    float r[16]; /* r[g * 4 + j] */
+    hymt_store16(r, sums);
+    for (int g = 0; g < 4; g++)
+        for (int j = 0; j < 4; j++) scores[g * HYMT_OPS_ATTENTION_TILE + j] = r[g * 4 + j] * scale;
+}
+
 /* out[g] += scores[g * T + p - p0] · v_p for positions p0 <= p < p1 in order, for gn query heads of one
  * token (gn <= 4) sharing the value rows (position p at v + p * stride); dims in chunks of CW lane
  * vectors (a constant per family: its accumulators, gn · CW vectors, stay in registers). */
@@ -266,10 +309,10 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
  * scratch: rows · (T + 2) floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], then the
  * running max [rows] and sum [rows]. Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
  * Keys and values are read only at positions < start + t + 1 of each token. CW: see
- * hymt_attention_values. */
+ * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
     const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
-    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW) {
+    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW, const int PB) {
     enum { T = HYMT_OPS_ATTENTION_TILE };
     const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
@@ -280,16 +323,28 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
         /* tokens whose position is below p0 see none of this tile: start from the first that does */
         const int64_t first = p0 - start > t0 ? p0 - start : t0;
         for (int64_t kv = kv0; kv < kv1; kv++) {
-            /* scores: each key row once for every query head of every token that sees it */
-            for (int64_t p = p0; p < tile_end; p++) {
-                const float *k = keys + (p * K + kv) * D;
-                for (int64_t t = p - start > first ? p - start : first; t < t1; t++) {
-                    const float *qh = q + (t * H + kv * group) * D;
-                    float *s = scores + (((t - t0) * kvn + kv - kv0) * group) * T + p - p0;
-                    int64_t g = 0;
-                    for (; g + 4 <= group; g += 4) hymt_attention_scores(qh + g * D, k, D, scale, s + g * T, 4);
-                    for (; g < group; g++) hymt_attention_scores(qh + g * D, k, D, scale, s + g * T, 1);
-                }
+            /* scores: token by token (the tile's key rows stay in L1 between tokens); with PB = 4, four
+             * key rows at a time against four heads, reduced together */
+            for (int64_t t = first; t < t1; t++) {
+                const int64_t pe = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* its keys */
+                const float *qh = q + (t * H + kv * group) * D;
+                float *s = scores + (((t - t0) * kvn + kv - kv0) * group) * T - p0;
+                int64_t g = 0;
+                if (PB == 4 && D % 16 == 0)
+                    for (; g + 4 <= group; g += 4) {
+                        int64_t p = p0;
+                        for (; p + 4 <= pe; p += 4)
+                            hymt_attention_scores4x4(qh + g * D, keys + (p * K + kv) * D, K * D, D, scale,
+                                                     s + g * T + p);
+                        for (; p < pe; p++)
+                            hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                    }
+                for (; g + 4 <= group; g += 4)
+                    for (int64_t p = p0; p < pe; p++)
+                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                for (; g < group; g++)
+                    for (int64_t p = p0; p < pe; p++)
+                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 1);
             }
             for (int64_t t = first; t < t1; t++) {
                 const int64_t p1 = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* this token's keys */
@@ -342,7 +397,7 @@ typedef void (*hymt_attention_task_fn)(const float *, const float *, const float
 static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t start,
                                         int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
                                         int64_t D, float *scratch, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1);
+    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -353,9 +408,9 @@ __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float
                                                                       int64_t kv1, int64_t H, int64_t K,
                                                                       int64_t D, float *scratch, float *out) {
     if (D == 128) /* every Hy-MT2 model: constant trip counts keep the sums in registers */
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1);
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1);
     else
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1);
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
 }
 
 /* On 512-bit registers: one lane vector per 16 lanes, 4 heads × 64 dims of value sums in registers. */
@@ -363,9 +418,9 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_atten
     const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
     int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
     if (D == 128)
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4);
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4);
     else
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4);
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4);
 }
 #endif
 
