@@ -182,16 +182,17 @@ static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-/* e^x for softmax arguments x <= 0, element-wise: x clamped to >= -87 (e^-87 is ~1e-38, below any weight
- * that can matter next to the row's maximum e^0 = 1, and 2^n stays a normal float); Cody-Waite reduction
- * x = n·ln2 + r (n rounded to nearest by the 1.5·2^23 trick, ln2 split so n·ln2_hi is exact); e^r by the
- * Cephes expf polynomial in plain multiply-add Horner form (no fma, so every family computes it the
- * same); times 2^n built in the exponent bits. Within 2 ulp of expf, which it replaces (scalar expf per
- * score was a fifth of the attention time). */
+/* e^x for softmax arguments x <= 0, element-wise. x > 0 is clamped to 0 (the unused lanes of a partial
+ * tile hold stale values; 2^n must stay in range for any of them) and x < -87 to -87 (e^-87 is ~1e-38,
+ * below any weight that can matter next to the row's maximum e^0 = 1, and 2^n stays a normal float).
+ * Cody-Waite reduction x = n·ln2 + r (n rounded to nearest by the 1.5·2^23 trick, ln2 split so n·ln2_hi
+ * is exact); e^r by the Cephes expf polynomial in plain multiply-add Horner form (no fma, so every family
+ * computes it the same); times 2^n built in the exponent bits. Within 1 ulp of e^x for every float in
+ * [-87, 0]. It replaces a scalar expf per score (a fifth of the attention time). */
 static inline __attribute__((always_inline)) hymt_v16f hymt_attention_exp(hymt_v16f x) {
     const hymt_v16f lo = hymt_splat16(-87.0f);
-    const hymt_v16i below = x < lo;
-    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & (hymt_v16i)x));
+    const hymt_v16i below = x < lo, above = x > hymt_splat16(0.0f);
+    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & ~above & (hymt_v16i)x));
     const hymt_v16f round = hymt_splat16(12582912.0f); /* 1.5 · 2^23 */
     const hymt_v16f n = (x * hymt_splat16(1.44269504088896341f) + round) - round;
     hymt_v16f r = x - n * hymt_splat16(0.693359375f);
@@ -306,8 +307,8 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
 
 /* One attention task: tokens [t0, t1) of one segment (absolute positions start + t) and kv heads
  * [kv0, kv1), each with the H/K query heads sharing it; q and out are the segment's [n, H, D] rows.
- * scratch: rows · (T + 2) floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], then the
- * running max [rows] and sum [rows]. Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
+ * scratch: rows · (T + 2) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
+ * running max [rows] and sum [rows], then 16 floats so hymt_bcast16 may load 16 from any of them. Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
  * Keys and values are read only at positions < start + t + 1 of each token. CW: see
  * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
@@ -317,7 +318,8 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
     const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
     float *scores = scratch, *maxs = scratch + rows * T, *sums = maxs + rows;
-    for (int64_t t = t0; t < t1; t++) memset(out + (t * H + kv0 * group) * D, 0, (size_t)(kvn * group * D) * sizeof(float));
+    for (int64_t t = t0; t < t1; t++)
+        memset(out + (t * H + kv0 * group) * D, 0, (size_t)(kvn * group * D) * sizeof(float));
     for (int64_t p0 = 0; p0 < end; p0 += T) {
         const int64_t tile_end = p0 + T < end ? p0 + T : end;
         /* tokens whose position is below p0 see none of this tile: start from the first that does */
@@ -367,7 +369,8 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     }
                     maxs[r0 + g] = m;
                     const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
-                    for (int64_t p = 0; p < T; p += 16) hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
+                    for (int64_t p = 0; p < T; p += 16)
+                        hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
                     for (int64_t p = 0; p < p1 - p0; p++) sum += s[p];
                     sums[r0 + g] = sum;
                 }
@@ -375,7 +378,8 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                 int64_t g = 0;
                 for (; g + 4 <= group; g += 4)
                     hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW);
-                for (; g < group; g++) hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
+                for (; g < group; g++)
+                    hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
             }
         }
     }
