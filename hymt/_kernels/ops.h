@@ -182,8 +182,7 @@ static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-/* e^x for softmax arguments x <= 0, element-wise. x > 0 is clamped to 0 (the unused lanes of a partial
- * tile hold stale values; 2^n must stay in range for any of them) and x < -87 to -87 (e^-87 is ~1e-38,
+/* e^x for softmax arguments x <= 0, element-wise. x < -87 is clamped to -87 (e^-87 is ~1e-38,
  * below any weight that can matter next to the row's maximum e^0 = 1, and 2^n stays a normal float).
  * Cody-Waite reduction x = n·ln2 + r (n rounded to nearest by the 1.5·2^23 trick, ln2 split so n·ln2_hi
  * is exact); e^r by the Cephes expf polynomial in plain multiply-add Horner form (no fma, so every family
@@ -191,8 +190,8 @@ static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
  * [-87, 0]. It replaces a scalar expf per score (a fifth of the attention time). */
 static inline __attribute__((always_inline)) hymt_v16f hymt_attention_exp(hymt_v16f x) {
     const hymt_v16f lo = hymt_splat16(-87.0f);
-    const hymt_v16i below = x < lo, above = x > hymt_splat16(0.0f);
-    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & ~above & (hymt_v16i)x));
+    const hymt_v16i below = x < lo;
+    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & (hymt_v16i)x));
     const hymt_v16f round = hymt_splat16(12582912.0f); /* 1.5 · 2^23 */
     const hymt_v16f n = (x * hymt_splat16(1.44269504088896341f) + round) - round;
     hymt_v16f r = x - n * hymt_splat16(0.693359375f);
@@ -379,6 +378,9 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                         for (; d < D; d++) og[d] *= c;
                     }
                     maxs[r0 + g] = m;
+                    /* the lanes past a partial tile's last key hold stale values: make them e^0, so no lane
+                     * leaves the exp's range (a clamp inside the exp cost a quarter of the prefill time) */
+                    for (int64_t p = p1 - p0; p < T; p++) s[p] = m;
                     const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
                     for (int64_t p = 0; p < T; p += 16)
                         hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
