@@ -5,8 +5,8 @@
  * fixed order, so results depend neither on the thread count nor on which other tokens share a call
  * (each token's values only read that token's inputs and the cache).
  *
- * Reductions use 8 float32 partial sums over i % 8, combined by a fixed tree: deterministic, and
- * cheaper than one sequential chain. Built with -ffp-contract=off (no silent fma).
+ * Reductions use 8 float32 partial sums over i % 8 (attention: 16, see there), combined by a fixed tree:
+ * deterministic, and cheaper than one sequential chain. Built with -ffp-contract=off (no silent fma).
  */
 #ifndef HYMT_OPS_H
 #define HYMT_OPS_H
