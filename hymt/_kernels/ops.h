@@ -5,8 +5,8 @@
  * fixed order, so results depend neither on the thread count nor on which other tokens share a call
  * (each token's values only read that token's inputs and the cache).
  *
- * Reductions use 8 float32 partial sums over i % 8, combined by a fixed tree: deterministic, and
- * cheaper than one sequential chain. Built with -ffp-contract=off (no silent fma).
+ * Reductions use 8 float32 partial sums over i % 8 (attention: 16, see there), combined by a fixed tree:
+ * deterministic, and cheaper than one sequential chain. Built with -ffp-contract=off (no silent fma).
  */
 #ifndef HYMT_OPS_H
 #define HYMT_OPS_H
@@ -25,7 +25,7 @@
 /* Attention work (multiply-adds of q·k, all segments of a call) below which one thread is faster than
  * waking the others: one decode token at ~64 positions (16 heads × 128 dims) is about this much. */
 #define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 17)
-/* Positions per tile of the attention value sum (a task's rows of a tile fit in L1). */
+/* Key positions per online-softmax step of attention (a multiple of 16, the lane count of its exp). */
 #define HYMT_OPS_ATTENTION_TILE 32
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -124,186 +124,391 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
     }
 }
 
-/* scores[g * span + p] = dot(q_g, key_p) * scale for gn consecutive query heads q[gn, D] (gn <= 8, a
- * constant after inlining) and positions p < len of kv head kv. */
-static inline __attribute__((always_inline)) void hymt_scores_heads(const float *q, const float *keys, int64_t K,
-                                                                   int64_t kv, int64_t D, int64_t len,
-                                                                   float scale, float *scores, int64_t span,
-                                                                   const int gn) {
-    for (int64_t p = 0; p < len; p++) {
-        const float *k = keys + (p * K + kv) * D;
-        hymt_v8f acc[8];
-        for (int g = 0; g < gn; g++) acc[g] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t i = 0;
-        for (; i + 8 <= D; i += 8) {
-            const hymt_v8f kk = hymt_load8(k + i);
-            for (int g = 0; g < gn; g++) acc[g] += hymt_load8(q + g * D + i) * kk;
-        }
-        for (int g = 0; g < gn; g++) {
-            float l[8];
-            hymt_store8(l, acc[g]);
+/* ---- causal grouped-query attention ------------------------------------------------------------------
+ *
+ * Each query row (token t at absolute position start + t, query head h, kv head h / (H/K)) runs one fixed
+ * sequence of float operations that depends only on its own inputs and position, so the result is the
+ * same whatever tokens, sessions or threads share the call:
+ *   score_p = hsum16(Σ_i q_i·k_pi over lanes i % 16) · (1/√D)   (lane l adds its products in i order;
+ *             hsum16 adds lanes l and l+8, then l and l+4, then (0+2)+(1+3))
+ *   keys are taken in tiles of HYMT_OPS_ATTENTION_TILE positions at absolute positions 0, T, 2T, ...
+ *   (the last tile ends at the row's own position); per tile, an online softmax:
+ *     m' = max(m, max_p score_p)            (the first tile: m' = its max, no rescaling)
+ *     c = e^(m − m');  sum = sum·c;  out = out·c
+ *     e_p = e^(score_p − m');  sum += e_p in position order;  out += e_p · v_p in position order
+ *   finally out = out · (1/sum).
+ * e^x is hymt_attention_exp (below), element-wise, so its vector width does not matter.
+ * Why tiles: one pass over K and V instead of storing every score, and a tile of K/V rows stays in L1
+ * while all the queries of a task (HYMT_OPS_ATTENTION_QUERIES consecutive tokens × the query heads of a
+ * kv head) use it, so a prefill reads each key and value row once per block of tokens, not once per
+ * token and head. The 16-lane sums fill an AVX-512 register; AVX2 and the generic build (the reference,
+ * also the NEON build) lower the same element-wise vector code to narrower registers with the same bits. */
+
+/* Consecutive tokens of one session per task: they share each K/V tile (prefill); 4 tokens × 4 query
+ * heads × 128 dims of queries and outputs (16 KB) plus a 32-position K and V tile of one kv head (32 KB)
+ * about fill L1 and L2's nearest part. */
+#define HYMT_OPS_ATTENTION_QUERIES 4
+
+typedef float hymt_v16f __attribute__((vector_size(64)));
+typedef int32_t hymt_v16i __attribute__((vector_size(64)));
+typedef float hymt_v4f __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) hymt_v16f hymt_load16(const float *p) {
+    hymt_v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void hymt_store16(float *p, hymt_v16f v) { memcpy(p, &v, sizeof v); }
+
+/* x in every lane. Only for values outside the inner loops: GCC 12 builds it through the stack (or as 16
+ * masked broadcasts) in the AVX-512 build; hymt_bcast16 is the fast form. */
+static inline __attribute__((always_inline)) hymt_v16f hymt_splat16(float x) {
+    return (hymt_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
+/* p[0] in every lane, as a 16-float load and a shuffle of lane 0 (one vbroadcastss): p must have 16
+ * readable floats, hence the padding of the attention scratch. */
+static inline __attribute__((always_inline)) hymt_v16f hymt_bcast16(const float *p) {
+    const hymt_v16f v = hymt_load16(p);
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+/* The lane tree of a score: (l + l+8), then (+4), then (0 + 2) + (1 + 3). */
+static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
+    const hymt_v8f b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                       __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    const hymt_v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* e^x for softmax arguments x <= 0, element-wise. x < -87 is clamped to -87 (e^-87 is ~1e-38,
+ * below any weight that can matter next to the row's maximum e^0 = 1, and 2^n stays a normal float).
+ * Cody-Waite reduction x = n·ln2 + r (n rounded to nearest by the 1.5·2^23 trick, ln2 split so n·ln2_hi
+ * is exact); e^r by the Cephes expf polynomial in plain multiply-add Horner form (no fma, so every family
+ * computes it the same); times 2^n built in the exponent bits. Within 1 ulp of e^x for every float in
+ * [-87, 0]. It replaces a scalar expf per score (a fifth of the attention time). */
+static inline __attribute__((always_inline)) hymt_v16f hymt_attention_exp(hymt_v16f x) {
+    const hymt_v16f lo = hymt_splat16(-87.0f);
+    const hymt_v16i below = x < lo;
+    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & (hymt_v16i)x));
+    const hymt_v16f round = hymt_splat16(12582912.0f); /* 1.5 · 2^23 */
+    const hymt_v16f n = (x * hymt_splat16(1.44269504088896341f) + round) - round;
+    hymt_v16f r = x - n * hymt_splat16(0.693359375f);
+    r = r - n * hymt_splat16(-2.12194440e-4f);
+    hymt_v16f p = hymt_splat16(1.9875691500e-4f);
+    p = p * r + hymt_splat16(1.3981999507e-3f);
+    p = p * r + hymt_splat16(8.3334519073e-3f);
+    p = p * r + hymt_splat16(4.1665795894e-2f);
+    p = p * r + hymt_splat16(1.6666665459e-1f);
+    p = p * r + hymt_splat16(5.0000001201e-1f);
+    p = p * (r * r) + r + hymt_splat16(1.0f);
+    const hymt_v16i e = (__builtin_convertvector(n, hymt_v16i) + 127) << 23;
+    return p * (hymt_v16f)e;
+}
+
+/* scores[g * T] = score of query heads q[gn, D] (gn <= 4, a constant after inlining) against key k[D]:
+ * one lane vector per head, so the key row is loaded once for gn independent chains. */
+static inline __attribute__((always_inline)) void hymt_attention_scores(const float *q, const float *k, int64_t D,
+                                                                       float scale, float *scores, const int gn) {
+    hymt_v16f acc[4];
+    for (int g = 0; g < gn; g++) acc[g] = hymt_splat16(0.0f);
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) {
+        const hymt_v16f kk = hymt_load16(k + i);
+        for (int g = 0; g < gn; g++) acc[g] += hymt_load16(q + g * D + i) * kk;
+    }
+    for (int g = 0; g < gn; g++) {
+        if (i < D) { /* D % 16 tail: products go to lanes 0.. in i order */
+            float l[16];
+            hymt_store16(l, acc[g]);
             for (int64_t j = i, m = 0; j < D; j++, m++) l[m] += q[g * D + j] * k[j];
-            const float dot = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-            scores[g * span + p] = dot * scale;
+            acc[g] = hymt_load16(l);
         }
+        scores[g * HYMT_OPS_ATTENTION_TILE] = hymt_hsum16(acc[g]) * scale;
     }
 }
 
-/* One attention task: token t (absolute position start + t) and kv heads [kv0, kv1), each with the
- * H/K query heads sharing it. Positions are the outer loop, so each key and value row is read once, as
- * one contiguous run of (kv1 - kv0) * D floats (a kv head at a time would revisit the rows once per head
- * and 64-dim chunk). Every output element still gets exactly the operations of a per-head loop: its score
- * is hymt_ops_dot's lane order and tree, its softmax the same, and its weighted sum adds prob * v over
- * positions in order, starting from 0.
- * scores: (kv1 - kv0) * group * span floats of scratch (span = start + n). */
+/* scores[g * T + j] = score of query head g of q[4, D] against key row j of k (row j at k + j * stride),
+ * for D % 16 == 0: the 16 lane vectors are reduced together, level by level of hymt_hsum16's tree (two
+ * shuffles and an add per pair), so each score gets the same bits as hymt_attention_scores for about a
+ * third of the reduction work. Needs 16 accumulators in registers: the AVX-512 build only. */
+static inline __attribute__((always_inline)) void hymt_attention_scores4x4(const float *q, const float *k,
+                                                                          int64_t stride, int64_t D, float scale,
+                                                                          float *scores) {
+    hymt_v16f acc[16]; /* acc[g * 4 + j] */
+    for (int a = 0; a < 16; a++) acc[a] = hymt_splat16(0.0f);
+    for (int64_t i = 0; i < D; i += 16) {
+        hymt_v16f kk[4];
+        for (int j = 0; j < 4; j++) kk[j] = hymt_load16(k + j * stride + i);
+        for (int g = 0; g < 4; g++) {
+            const hymt_v16f qq = hymt_load16(q + g * D + i);
+            for (int j = 0; j < 4; j++) acc[g * 4 + j] += qq * kk[j];
+        }
+    }
+    hymt_v16f l1[8], l2[4], l3[2]; /* lane l + 8 added to l; then + 4; then + 2; then + 1 */
+    for (int m = 0; m < 8; m++)
+        l1[m] = __builtin_shufflevector(acc[2 * m], acc[2 * m + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21,
+                                        22, 23) +
+                __builtin_shufflevector(acc[2 * m], acc[2 * m + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
+                                        28, 29, 30, 31);
+    for (int m = 0; m < 4; m++)
+        l2[m] = __builtin_shufflevector(l1[2 * m], l1[2 * m + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                                        26, 27) +
+                __builtin_shufflevector(l1[2 * m], l1[2 * m + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28,
+                                        29, 30, 31);
+    for (int m = 0; m < 2; m++)
+        l3[m] = __builtin_shufflevector(l2[2 * m], l2[2 * m + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25,
+                                        28, 29) +
+                __builtin_shufflevector(l2[2 * m], l2[2 * m + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26,
+                                        27, 30, 31);
+    const hymt_v16f sums = __builtin_shufflevector(l3[0], l3[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                                   26, 28, 30) +
+                           __builtin_shufflevector(l3[0], l3[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25,
+                                                   27, 29, 31);
+    float r[16]; /* r[g * 4 + j] */
+    hymt_store16(r, sums);
+    for (int g = 0; g < 4; g++)
+        for (int j = 0; j < 4; j++) scores[g * HYMT_OPS_ATTENTION_TILE + j] = r[g * 4 + j] * scale;
+}
+
+/* out[g] += scores[g * T + p - p0] · v_p for positions p0 <= p < p1 in order, for gn query heads of one
+ * token (gn <= 4) sharing the value rows (position p at v + p * stride); dims in chunks of CW lane
+ * vectors (a constant per family: its accumulators, gn · CW vectors, stay in registers). */
+static inline __attribute__((always_inline)) void hymt_attention_values(const float *v, int64_t stride, int64_t p0,
+                                                                       int64_t p1, int64_t D,
+                                                                       const float *scores, float *out,
+                                                                       const int gn, const int CW) {
+    int64_t d = 0;
+    for (; d + 16 * CW <= D; d += 16 * CW) {
+        hymt_v16f acc[4][4];
+        for (int g = 0; g < gn; g++)
+            for (int m = 0; m < CW; m++) acc[g][m] = hymt_load16(out + g * D + d + 16 * m);
+        for (int64_t p = p0; p < p1; p++) {
+            const float *row = v + p * stride + d;
+            hymt_v16f vv[4];
+            for (int m = 0; m < CW; m++) vv[m] = hymt_load16(row + 16 * m);
+            for (int g = 0; g < gn; g++) {
+                const hymt_v16f e = hymt_bcast16(scores + g * HYMT_OPS_ATTENTION_TILE + p - p0);
+                for (int m = 0; m < CW; m++) acc[g][m] += e * vv[m];
+            }
+        }
+        for (int g = 0; g < gn; g++)
+            for (int m = 0; m < CW; m++) hymt_store16(out + g * D + d + 16 * m, acc[g][m]);
+    }
+    for (; d < D; d++)
+        for (int g = 0; g < gn; g++) {
+            float acc = out[g * D + d];
+            for (int64_t p = p0; p < p1; p++) acc += scores[g * HYMT_OPS_ATTENTION_TILE + p - p0] * v[p * stride + d];
+            out[g * D + d] = acc;
+        }
+}
+
+/* One attention task: tokens [t0, t1) of one segment (absolute positions start + t) and kv heads
+ * [kv0, kv1), each with the H/K query heads sharing it; q and out are the segment's [n, H, D] rows.
+ * scratch: rows · (T + 2) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
+ * running max [rows] and sum [rows], then 16 floats so hymt_bcast16 may load 16 from any of them. Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
+ * Keys and values are read only at positions < start + t + 1 of each token. CW: see
+ * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
-    const float *q, const float *keys, const float *values, int64_t start, int64_t t, int64_t kv0, int64_t kv1,
-    int64_t H, int64_t K, int64_t D, int64_t span, float *scores, float *out) {
-    const int64_t group = H / K, len = start + t + 1, heads = (kv1 - kv0) * group;
+    const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
+    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW, const int PB) {
+    enum { T = HYMT_OPS_ATTENTION_TILE };
+    const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
-    const float *qt = q + (t * H + kv0 * group) * D; /* the task's query heads, contiguous */
-    float *ot = out + (t * H + kv0 * group) * D;
-    /* scores: GN query heads at a time against each key row, one lane vector per head (independent
-     * chains, kept in registers because GN is a constant); scores[j * span + p] for task head j. */
-    for (int64_t p = 0; p < len; p++) {
-        const float *row = keys + p * K * D; /* position p, kv head 0 */
+    float *scores = scratch, *maxs = scratch + rows * T, *sums = maxs + rows;
+    for (int64_t t = t0; t < t1; t++)
+        memset(out + (t * H + kv0 * group) * D, 0, (size_t)(kvn * group * D) * sizeof(float));
+    for (int64_t p0 = 0; p0 < end; p0 += T) {
+        const int64_t tile_end = p0 + T < end ? p0 + T : end;
+        /* tokens whose position is below p0 see none of this tile: start from the first that does */
+        const int64_t first = p0 - start > t0 ? p0 - start : t0;
         for (int64_t kv = kv0; kv < kv1; kv++) {
-            const float *qg = qt + (kv - kv0) * group * D;
-            float *sg = scores + (kv - kv0) * group * span + p;
-            int64_t g = 0;
-            for (; g + 8 <= group; g += 8) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 8);
-            for (; g + 4 <= group; g += 4) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 4);
-            for (; g < group; g++) hymt_scores_heads(qg + g * D, row, K, kv, D, 1, scale, sg + g * span, span, 1);
-        }
-    }
-    for (int64_t j = 0; j < heads; j++) {
-        float *s = scores + j * span;
-        float max = -INFINITY;
-        for (int64_t p = 0; p < len; p++) max = s[p] > max ? s[p] : max;
-        float sum = 0.0f;
-        for (int64_t p = 0; p < len; p++) {
-            s[p] = expf(s[p] - max);
-            sum += s[p];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t p = 0; p < len; p++) s[p] *= inv;
-    }
-    /* weighted value sums, a tile of positions at a time: within a tile each head keeps its sums for 64
-     * output dims in registers (the tile's rows stay in L1 across the heads); between tiles the sums
-     * wait in out */
-    memset(ot, 0, (size_t)(heads * D) * sizeof(float));
-    for (int64_t p0 = 0; p0 < len; p0 += HYMT_OPS_ATTENTION_TILE) {
-        const int64_t p1 = p0 + HYMT_OPS_ATTENTION_TILE < len ? p0 + HYMT_OPS_ATTENTION_TILE : len;
-        for (int64_t j = 0; j < heads; j++) {
-            const float *s = scores + j * span;
-            const float *vj = values + (kv0 + j / group) * D; /* position p at vj + p * K * D */
-            float *o = ot + j * D;
-            int64_t d = 0;
-            for (; d + 64 <= D; d += 64) {
-                hymt_v8f acc[8];
-                for (int m = 0; m < 8; m++) acc[m] = hymt_load8(o + d + 8 * m);
-                for (int64_t p = p0; p < p1; p++) {
-                    const float *v = vj + p * K * D + d;
-                    const float prob = s[p];
-                    for (int m = 0; m < 8; m++) acc[m] += prob * hymt_load8(v + 8 * m);
+            /* the next tile's rows of this kv head, a cache line at a time: a decode streams the whole
+             * cache from memory in runs of D floats K·D apart, in two arrays, which the hardware prefetcher
+             * follows poorly (4 kv heads at position 1500, cold cache: 0.61 -> 0.44 ms a layer). Decode
+             * blocks only: a block of several tokens spends longer on each tile, and a 1024-token prefill
+             * measured ~3 % slower with the hints */
+            const int64_t next_end = t1 - t0 > 1 ? tile_end : tile_end + T < end ? tile_end + T : end;
+            for (int64_t p = tile_end; p < next_end; p++)
+                for (int64_t d = 0; d < D; d += 16) {
+                    __builtin_prefetch(keys + (p * K + kv) * D + d);
+                    __builtin_prefetch(values + (p * K + kv) * D + d);
                 }
-                for (int m = 0; m < 8; m++) hymt_store8(o + d + 8 * m, acc[m]);
+            /* scores: token by token (the tile's key rows stay in L1 between tokens); with PB = 4, four
+             * key rows at a time against four heads, reduced together */
+            for (int64_t t = first; t < t1; t++) {
+                const int64_t pe = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* its keys */
+                const float *qh = q + (t * H + kv * group) * D;
+                float *s = scores + (((t - t0) * kvn + kv - kv0) * group) * T - p0;
+                int64_t g = 0;
+                if (PB == 4 && D % 16 == 0)
+                    for (; g + 4 <= group; g += 4) {
+                        int64_t p = p0;
+                        for (; p + 4 <= pe; p += 4)
+                            hymt_attention_scores4x4(qh + g * D, keys + (p * K + kv) * D, K * D, D, scale,
+                                                     s + g * T + p);
+                        for (; p < pe; p++)
+                            hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                    }
+                for (; g + 4 <= group; g += 4)
+                    for (int64_t p = p0; p < pe; p++)
+                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                for (; g < group; g++)
+                    for (int64_t p = p0; p < pe; p++)
+                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 1);
             }
-            for (; d + 8 <= D; d += 8) {
-                hymt_v8f acc = hymt_load8(o + d);
-                for (int64_t p = p0; p < p1; p++) acc += s[p] * hymt_load8(vj + p * K * D + d);
-                hymt_store8(o + d, acc);
-            }
-            for (; d < D; d++) {
-                float acc = o[d];
-                for (int64_t p = p0; p < p1; p++) acc += s[p] * vj[p * K * D + d];
-                o[d] = acc;
+            for (int64_t t = first; t < t1; t++) {
+                const int64_t p1 = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* this token's keys */
+                const int64_t r0 = ((t - t0) * kvn + kv - kv0) * group;
+                float *o = out + (t * H + kv * group) * D;
+                for (int64_t g = 0; g < group; g++) {
+                    float *s = scores + (r0 + g) * T;
+                    float m = s[0];
+                    for (int64_t p = 1; p < p1 - p0; p++) m = s[p] > m ? s[p] : m;
+                    float sum = 0.0f;
+                    if (p0 > 0) {
+                        const float prev = maxs[r0 + g];
+                        m = m > prev ? m : prev;
+                        const float c = hymt_attention_exp(hymt_splat16(prev - m))[0];
+                        sum = sums[r0 + g] * c;
+                        float *og = o + g * D;
+                        int64_t d = 0;
+                        for (; d + 16 <= D; d += 16) hymt_store16(og + d, hymt_load16(og + d) * hymt_splat16(c));
+                        for (; d < D; d++) og[d] *= c;
+                    }
+                    maxs[r0 + g] = m;
+                    /* the lanes past a partial tile's last key hold stale values: make them e^0, so no lane
+                     * leaves the exp's range (a clamp inside the exp cost a quarter of the prefill time) */
+                    for (int64_t p = p1 - p0; p < T; p++) s[p] = m;
+                    const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
+                    for (int64_t p = 0; p < T; p += 16)
+                        hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
+                    for (int64_t p = 0; p < p1 - p0; p++) sum += s[p];
+                    sums[r0 + g] = sum;
+                }
+                const float *v = values + kv * D;
+                int64_t g = 0;
+                for (; g + 4 <= group; g += 4)
+                    hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW);
+                for (; g < group; g++)
+                    hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
             }
         }
     }
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t kv = kv0; kv < kv1; kv++)
+            for (int64_t g = 0; g < group; g++) {
+                const float inv = 1.0f / sums[((t - t0) * kvn + kv - kv0) * group + g];
+                float *o = out + (t * H + kv * group + g) * D;
+                int64_t d = 0;
+                for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_splat16(inv));
+                for (; d < D; d++) o[d] *= inv;
+            }
 }
 
 typedef void (*hymt_attention_task_fn)(const float *, const float *, const float *, int64_t, int64_t, int64_t,
                                        int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *);
 
+/* The reference: the element-wise vector code lowered to the baseline ISA (SSE2 on x86, NEON on arm64). */
 static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t start,
-                                        int64_t t, int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D,
-                                        int64_t span, float *scores, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t, kv0, kv1, H, K, D, span, scores, out);
+                                        int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
+                                        int64_t D, float *scratch, float *out) {
+    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The same operations on 256-bit registers: bit-identical to the generic build (no fma, same order). */
+/* The same operations on 256-bit registers (no fma: -ffp-contract=off keeps every multiply and add). */
 __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
                                                                       const float *values, int64_t start,
-                                                                      int64_t t, int64_t kv0, int64_t kv1,
-                                                                      int64_t H, int64_t K, int64_t D,
-                                                                      int64_t span, float *scores, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t, kv0, kv1, H, K, D, span, scores, out);
+                                                                      int64_t t0, int64_t t1, int64_t kv0,
+                                                                      int64_t kv1, int64_t H, int64_t K,
+                                                                      int64_t D, float *scratch, float *out) {
+    if (D == 128) /* every Hy-MT2 model: constant trip counts keep the sums in registers */
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1);
+    else
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
+}
+
+/* On 512-bit registers: one lane vector per 16 lanes, 4 heads × 64 dims of value sums in registers. */
+__attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_attention_task_avx512(
+    const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
+    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
+    if (D == 128)
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4);
+    else
+        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4);
 }
 #endif
 
 /* Causal grouped-query attention for S segments (sessions) in one parallel region. Segment s has rows[s]
  * new tokens at positions starts[s].. whose keys and values are already in its cache; its queries and
  * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [cap, K, D] (cap >=
- * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (token, run of kv heads) over all
- * segments: a token's kv heads are split into as few runs as still give every thread work. One region for
- * the whole batch matters when several sessions decode together: one token each is too little work to
- * share alone, together it is not. Each task computes its outputs exactly as alone, so results do not
- * depend on the batch or the thread count. Returns -1 if scratch allocation failed. */
+ * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (block of up to
+ * HYMT_OPS_ATTENTION_QUERIES consecutive tokens of a segment, run of kv heads) over all segments: a block's
+ * kv heads are split into as few runs as still give every thread work. One region for the whole batch
+ * matters when several sessions decode together: one token each is too little work to share alone,
+ * together it is not. Each query row computes exactly as alone (see above), so results do not depend on
+ * the batch, the blocks or the thread count. isa: the kernel family (enum hymt_isa numbering: 0 scalar,
+ * 1 avx2, 2 avx512). Returns -1 if scratch allocation failed. */
 static int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
                                    const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                   int64_t H, int64_t K, int64_t D, float *out, int threads) {
+                                   int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
     hymt_attention_task_fn task_fn = hymt_attention_task_generic;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("avx2")) task_fn = hymt_attention_task_avx2;
+    if (isa == 1) task_fn = hymt_attention_task_avx2;
+    if (isa == 2) task_fn = hymt_attention_task_avx512;
+#else
+    (void)isa;
 #endif
-    const int64_t group = H / K;
-    int64_t n = 0, max_span = 0;
+    const int64_t group = H / K, QB = HYMT_OPS_ATTENTION_QUERIES;
+    int64_t blocks = 0;
     double work = 0.0;
     for (int64_t s = 0; s < S; s++) {
-        const int64_t span = starts[s] + rows[s];
-        n += rows[s];
-        max_span = span > max_span ? span : max_span;
-        work += (double)rows[s] * (double)(H * span * D);
+        blocks += (rows[s] + QB - 1) / QB;
+        work += (double)rows[s] * (double)(H * (starts[s] + rows[s]) * D);
     }
-    if (n == 0) return 0;
-    int64_t *segment_of = (int64_t *)malloc((size_t)n * sizeof(int64_t)); /* [n] segment of each token */
-    if (segment_of == NULL) return -1;
-    for (int64_t s = 0, i = 0; s < S; s++)
-        for (int64_t t = 0; t < rows[s]; t++) segment_of[i++] = s;
+    if (blocks == 0) return 0;
+    int64_t *block = (int64_t *)malloc((size_t)(2 * blocks) * sizeof(int64_t)); /* [blocks, 2]: segment, t0 */
+    if (block == NULL) return -1;
+    for (int64_t s = 0, b = 0; s < S; s++)
+        for (int64_t t = 0; t < rows[s]; t += QB, b++) block[2 * b] = s, block[2 * b + 1] = t;
     int failed = 0;
     const int parallel = threads > 1 && work >= (double)HYMT_OPS_ATTENTION_PARALLEL_WORK;
-    int64_t runs = parallel && n < threads ? (threads + n - 1) / n : 1; /* kv-head runs per token */
+    int64_t runs = parallel && blocks < threads ? (threads + blocks - 1) / blocks : 1; /* kv-head runs per block */
     runs = runs < K ? runs : K;
     const int64_t per = (K + runs - 1) / runs; /* kv heads per run */
     runs = (K + per - 1) / per;
 #pragma omp parallel num_threads(threads) if (parallel)
     {
-        float *scores = (float *)malloc((size_t)(per * group * max_span) * sizeof(float));
-        if (scores == NULL) {
+        /* [QB · per · group, T + 2] and 16 floats for hymt_bcast16 past the last score; zeroed so the
+         * unused lanes of a partial tile's exp are defined */
+        float *scratch =
+            (float *)calloc((size_t)(QB * per * group * (HYMT_OPS_ATTENTION_TILE + 2) + 16), sizeof(float));
+        if (scratch == NULL) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < n * runs; task++) {
-            const int64_t i = task / runs, kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
-            if (scores == NULL) continue;
-            const int64_t s = segment_of[i], r = row0[s];
-            task_fn(q + r * H * D, keys[s], values[s], starts[s], i - r, kv0, kv1, H, K, D, starts[s] + rows[s],
-                    scores, out + r * H * D);
+        /* dynamic: later blocks of a prompt see more keys, so equal task counts are not equal work */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < blocks * runs; task++) {
+            const int64_t b = task / runs, kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
+            if (scratch == NULL) continue;
+            const int64_t s = block[2 * b], t0 = block[2 * b + 1], t1 = t0 + QB < rows[s] ? t0 + QB : rows[s];
+            task_fn(q + row0[s] * H * D, keys[s], values[s], starts[s], t0, t1, kv0, kv1, H, K, D, scratch,
+                    out + row0[s] * H * D);
         }
-        free(scores);
+        free(scratch);
     }
-    free(segment_of);
+    free(block);
     return failed ? -1 : 0;
 }
 
 /* One segment: n new tokens at positions start..start+n-1 (q[n, H, D], keys/values[cap, K, D], out[n, H, D]). */
 static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
-                          int64_t H, int64_t K, int64_t D, float *out, int threads) {
+                          int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
     const int64_t row0 = 0;
-    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads);
+    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads, isa);
 }
 
 static inline float hymt_sigmoid(float x) {

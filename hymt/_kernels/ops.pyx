@@ -23,10 +23,10 @@ cdef extern from "ops.h" nogil:
                            const float *freqs, const float *q_norm, const float *k_norm, float eps,
                            int norm_first, int threads)
     int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n, int64_t H,
-                       int64_t K, int64_t D, float *out, int threads)
+                       int64_t K, int64_t D, float *out, int threads, int isa)
     int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
                                 const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                int64_t H, int64_t K, int64_t D, float *out, int threads)
+                                int64_t H, int64_t K, int64_t D, float *out, int threads, int isa)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
 
@@ -36,6 +36,12 @@ from hymt._kernels import quant as _quant
 
 # The products of quant.so (its kernels, ISA family and thread count), for the Layer driver below.
 cdef const hymt_mm_api *_mm = <const hymt_mm_api *>PyCapsule_GetPointer(_quant.mm_api(), HYMT_MM_API_CAPSULE)
+
+
+cdef int _active_isa():
+    """The family quant.so has active (enum hymt_isa numbering), so hymt.kernels.use_isa() selects the
+    attention variant too."""
+    return _quant.ISA_NAMES.index(_quant.get_isa())
 
 
 def add_rmsnorm(float[:, ::1] hidden, const float[:, ::1] delta, const float[::1] weight, float eps,
@@ -107,12 +113,12 @@ def attention(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] 
         raise KernelError("attention: shape mismatch")
     if n == 0:
         return
-    cdef int status
+    cdef int status, isa = _active_isa()
     with nogil:
         memcpy(&keys[start, 0], &k[0, 0], n * kvw * sizeof(float))
         memcpy(&values[start, 0], &v[0, 0], n * kvw * sizeof(float))
         status = hymt_attention(&q[0, 0], &keys[0, 0], &values[0, 0], start, n, heads, kv_heads, D,
-                                &out[0, 0], threads)
+                                &out[0, 0], threads, isa)
     if status:
         raise MemoryError("attention scratch")
 
@@ -241,7 +247,7 @@ cdef class Layer:
             free(segs)
             raise MemoryError("layer cache pointers")
         cdef float[:, ::1] kc, vc
-        cdef int status = 0
+        cdef int status = 0, isa = _active_isa()
         try:
             for s in range(S):
                 r0, rows = bounds[s], bounds[s + 1] - bounds[s]
@@ -267,7 +273,8 @@ cdef class Layer:
                     memcpy(caches[S + s] + start * kvw, &v[r0, 0], rows * kvw * sizeof(float))
                 status |= hymt_attention_segments(&q[0, 0], <const float *const *>caches,
                                                   <const float *const *>(caches + S), segs, segs + S,
-                                                  segs + 2 * S, S, H, K, D, &attended[0, 0], threads)
+                                                  segs + 2 * S, S, H, K, D, &attended[0, 0], threads,
+                                                  isa)
                 status |= _mm.matmul(self.wo.f, self.wo.w, h, H * D, &attended[0, 0], n, &delta[0, 0],
                                      self.float_path)
         finally:
