@@ -172,6 +172,23 @@ static void hymt_q4_k_tile_decode(const uint8_t *blk0, size_t row_bytes, int row
 }
 
 #if defined(HYMT_X86)
+/* The header words of one block of 16 rows (lane r = row r at blk0 + offs[r]): *g0 = d | dmin << 16, and
+ * hymt_q4_k_scale_min on 32-bit words: byte j of *sc03 | *sc47 is sc(j), of *m03 | *m47 is m(j). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_scales16(const uint8_t *blk0, __m512i offs, __m512i *g0, __m512i *sc03,
+                                                       __m512i *sc47, __m512i *m03, __m512i *m47) {
+    *g0 = _mm512_i32gather_epi32(offs, (const void *)blk0, 1);
+    const __m512i ga = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 4), 1); /* scale bytes 0..3 */
+    const __m512i gb = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 8), 1);
+    const __m512i gc = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 12), 1);
+    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
+    *sc03 = _mm512_and_si512(ga, k3f);
+    *sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
+    *m03 = _mm512_and_si512(gb, k3f);
+    *m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+}
+
 /* hymt_q4_k_tile_decode with two 16×16 dword transposes of the codes and gathers of the scale words. */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, size_t row_bytes, int rows,
                                                           hymt_q4_k_tile *tl) {
@@ -191,18 +208,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
             _mm512_store_si512((void *)tl->v[16 * g + 8 + kk], _mm512_and_si512(_mm512_srli_epi16(t[k], 4), m4));
         }
     }
-    const __m512i g0 = _mm512_i32gather_epi32(offs, (const void *)blk0, 1);       /* d | dmin << 16 */
-    const __m512i ga = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 4), 1); /* scale bytes 0..3 */
-    const __m512i gb = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 8), 1);
-    const __m512i gc = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 12), 1);
-    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
-    /* hymt_q4_k_scale_min on 32-bit words, one row per lane */
-    const __m512i sc03 = _mm512_and_si512(ga, k3f);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
-    const __m512i m03 = _mm512_and_si512(gb, k3f);
-    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
-                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+    __m512i g0, sc03, sc47, m03, m47;
+    hymt_q4_k_scales16(blk0, offs, &g0, &sc03, &sc47, &m03, &m47);
     const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
     __m512i sc[8];
     for (int j = 0; j < 4; j++) {
@@ -617,18 +624,8 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_q4_k_amx_decode(const uint8_t *blk0, size_
     const __m512i lane = _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(rows - 1));
     const __m512i offs = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
-    const __m512i g0 = _mm512_i32gather_epi32(offs, (const void *)blk0, 1);       /* d | dmin << 16 */
-    const __m512i ga = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 4), 1); /* scale bytes 0..3 */
-    const __m512i gb = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 8), 1);
-    const __m512i gc = _mm512_i32gather_epi32(offs, (const void *)(blk0 + 12), 1);
-    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
-    /* hymt_q4_k_scale_min on 32-bit words, one row per lane: byte j of sc03|sc47 = sc(j), of m03|m47 = m(j) */
-    const __m512i sc03 = _mm512_and_si512(ga, k3f);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
-    const __m512i m03 = _mm512_and_si512(gb, k3f);
-    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
-                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+    __m512i g0, sc03, sc47, m03, m47;
+    hymt_q4_k_scales16(blk0, offs, &g0, &sc03, &sc47, &m03, &m47);
     /* per sub-block j, lane r: (sc & 7) and (sc >> 3) in both int16 halves, the multipliers of the codes
      * (a code byte times <= 7 stays below 256, so one vpmullw multiplies both bytes of a word exactly) */
     const __m512i ff = _mm512_set1_epi32(0xff), k7 = _mm512_set1_epi32(7), pair = _mm512_set1_epi32(0x00010001);
