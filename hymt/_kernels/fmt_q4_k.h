@@ -189,6 +189,25 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_scales16(const uint8_t *blk0, __m5
                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
 }
 
+/* The per-row values of the two float steps and B, from hymt_q4_k_scales16's words: mn[i][r] = the int16
+ * pair m(2i) | m(2i+1) << 16 of row r, d[r], ndmin[r] = −dmin. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_store_mins_d(__m512i m03, __m512i m47, __m512i g0, int32_t mn[4][16],
+                                                           float d[16], float ndmin[16]) {
+    const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
+    _mm512_store_si512((void *)mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
+                                                      _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
+                                                      _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16)));
+    _mm512_store_si512((void *)mn[2], _mm512_or_si512(_mm512_and_si512(m47, ff),
+                                                      _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16)));
+    _mm512_store_si512((void *)mn[3], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
+                                                      _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16)));
+    _mm512_store_ps(d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
+    _mm512_store_ps(ndmin, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin),
+                                                               _mm512_set1_epi32((int)0x80000000u))));
+}
+
 /* hymt_q4_k_tile_decode with two 16×16 dword transposes of the codes and gathers of the scale words. */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, size_t row_bytes, int rows,
                                                           hymt_q4_k_tile *tl) {
@@ -210,7 +229,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
     }
     __m512i g0, sc03, sc47, m03, m47;
     hymt_q4_k_scales16(blk0, offs, &g0, &sc03, &sc47, &m03, &m47);
-    const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
+    const __m512i ff = _mm512_set1_epi32(0xff);
     __m512i sc[8];
     for (int j = 0; j < 4; j++) {
         sc[j] = _mm512_and_si512(_mm512_srli_epi32(sc03, 8 * j), ff);
@@ -220,18 +239,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
     for (int i = 0; i < 4; i++)
         _mm512_store_si512((void *)tl->sc8[i],
                            _mm512_slli_epi32(_mm512_or_si512(sc[2 * i], _mm512_slli_epi32(sc[2 * i + 1], 16)), 3));
-    _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
-                                                           _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
-                                                           _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[2], _mm512_or_si512(_mm512_and_si512(m47, ff),
-                                                           _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[3], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
-                                                           _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16)));
-    _mm512_store_ps(tl->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
-    _mm512_store_ps(tl->ndmin, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin),
-                                                                    _mm512_set1_epi32((int)0x80000000u))));
+    hymt_q4_k_store_mins_d(m03, m47, g0, tl->mn, tl->d, tl->ndmin);
 }
 
 /* T tokens (activations of block b at a0, a0 + act_stride, ...) × the 16 rows of a decoded tile: one block
@@ -653,19 +661,7 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_q4_k_amx_decode(const uint8_t *blk0, size_
             _mm512_store_si512((void *)tl->w2[kd + 8], _mm512_mullo_epi16(ch, hi[2 * g + 1]));
         }
     }
-    const __m512i ff16 = _mm512_set1_epi32(0xff0000);
-    _mm512_store_si512((void *)tl->mn[0], _mm512_or_si512(_mm512_and_si512(m03, ff),
-                                                           _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
-                                                           _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[2], _mm512_or_si512(_mm512_and_si512(m47, ff),
-                                                           _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16)));
-    _mm512_store_si512((void *)tl->mn[3], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
-                                                           _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16)));
-    _mm512_store_ps(tl->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)));
-    _mm512_store_ps(tl->ndmin, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin),
-                                                                    _mm512_set1_epi32((int)0x80000000u))));
+    hymt_q4_k_store_mins_d(m03, m47, g0, tl->mn, tl->d, tl->ndmin);
 }
 
 /* C0, C1 of one token tile (16 activation rows at `at`, `stride` apart) against tl into accumulator tiles
