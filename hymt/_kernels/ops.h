@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vec16.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -27,11 +29,6 @@
 #define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 17)
 /* Key positions per online-softmax step of attention (a multiple of 16, the lane count of its exp). */
 #define HYMT_OPS_ATTENTION_TILE 32
-
-#if defined(__GNUC__) && !defined(__clang__)
-/* The vector helpers below are always inlined, so the vector-return ABI note does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 /* 8 float32 lanes; GCC/Clang lower the element-wise operations to whatever vector width the function is
  * compiled for, with IEEE results identical to the scalar operations (no contraction: -ffp-contract=off). */
@@ -137,7 +134,7 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
  *     c = e^(m − m');  sum = sum·c;  out = out·c
  *     e_p = e^(score_p − m');  sum += e_p in position order;  out += e_p · v_p in position order
  *   finally out = out · (1/sum).
- * e^x is hymt_attention_exp (below), element-wise, so its vector width does not matter.
+ * e^x is hymt_exp16 (vec16.h), element-wise, so its vector width does not matter.
  * Why tiles: one pass over K and V instead of storing every score, and a tile of K/V rows stays in L1
  * while all the queries of a task (HYMT_OPS_ATTENTION_QUERIES consecutive tokens × the query heads of a
  * kv head) use it, so a prefill reads each key and value row once per block of tokens, not once per
@@ -149,23 +146,7 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
  * about fill L1 and L2's nearest part. */
 #define HYMT_OPS_ATTENTION_QUERIES 4
 
-typedef float hymt_v16f __attribute__((vector_size(64)));
-typedef int32_t hymt_v16i __attribute__((vector_size(64)));
 typedef float hymt_v4f __attribute__((vector_size(16)));
-
-static inline __attribute__((always_inline)) hymt_v16f hymt_load16(const float *p) {
-    hymt_v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline __attribute__((always_inline)) void hymt_store16(float *p, hymt_v16f v) { memcpy(p, &v, sizeof v); }
-
-/* x in every lane. Only for values outside the inner loops: GCC 12 builds it through the stack (or as 16
- * masked broadcasts) in the AVX-512 build; hymt_bcast16 is the fast form. */
-static inline __attribute__((always_inline)) hymt_v16f hymt_splat16(float x) {
-    return (hymt_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
 
 /* p[0] in every lane, as a 16-float load and a shuffle of lane 0 (one vbroadcastss): p must have 16
  * readable floats, hence the padding of the attention scratch. */
@@ -180,31 +161,6 @@ static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
                        __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
     const hymt_v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
     return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-/* e^x for softmax arguments x <= 0, element-wise. x < -87 is clamped to -87 (e^-87 is ~1e-38,
- * below any weight that can matter next to the row's maximum e^0 = 1, and 2^n stays a normal float).
- * Cody-Waite reduction x = n·ln2 + r (n rounded to nearest by the 1.5·2^23 trick, ln2 split so n·ln2_hi
- * is exact); e^r by the Cephes expf polynomial in plain multiply-add Horner form (no fma, so every family
- * computes it the same); times 2^n built in the exponent bits. Within 1 ulp of e^x for every float in
- * [-87, 0]. It replaces a scalar expf per score (a fifth of the attention time). */
-static inline __attribute__((always_inline)) hymt_v16f hymt_attention_exp(hymt_v16f x) {
-    const hymt_v16f lo = hymt_splat16(-87.0f);
-    const hymt_v16i below = x < lo;
-    x = (hymt_v16f)((below & (hymt_v16i)lo) | (~below & (hymt_v16i)x));
-    const hymt_v16f round = hymt_splat16(12582912.0f); /* 1.5 · 2^23 */
-    const hymt_v16f n = (x * hymt_splat16(1.44269504088896341f) + round) - round;
-    hymt_v16f r = x - n * hymt_splat16(0.693359375f);
-    r = r - n * hymt_splat16(-2.12194440e-4f);
-    hymt_v16f p = hymt_splat16(1.9875691500e-4f);
-    p = p * r + hymt_splat16(1.3981999507e-3f);
-    p = p * r + hymt_splat16(8.3334519073e-3f);
-    p = p * r + hymt_splat16(4.1665795894e-2f);
-    p = p * r + hymt_splat16(1.6666665459e-1f);
-    p = p * r + hymt_splat16(5.0000001201e-1f);
-    p = p * (r * r) + r + hymt_splat16(1.0f);
-    const hymt_v16i e = (__builtin_convertvector(n, hymt_v16i) + 127) << 23;
-    return p * (hymt_v16f)e;
 }
 
 /* scores[g * T] = score of query heads q[gn, D] (gn <= 4, a constant after inlining) against key k[D]:
@@ -370,7 +326,7 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     if (p0 > 0) {
                         const float prev = maxs[r0 + g];
                         m = m > prev ? m : prev;
-                        const float c = hymt_attention_exp(hymt_splat16(prev - m))[0];
+                        const float c = hymt_exp16(hymt_splat16(prev - m))[0];
                         sum = sums[r0 + g] * c;
                         float *og = o + g * D;
                         int64_t d = 0;
@@ -383,7 +339,7 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     for (int64_t p = p1 - p0; p < T; p++) s[p] = m;
                     const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
                     for (int64_t p = 0; p < T; p += 16)
-                        hymt_store16(s + p, hymt_attention_exp(hymt_load16(s + p) - mv));
+                        hymt_store16(s + p, hymt_exp16(hymt_load16(s + p) - mv));
                     for (int64_t p = 0; p < p1 - p0; p++) sum += s[p];
                     sums[r0 + g] = sum;
                 }
