@@ -41,8 +41,12 @@ typedef struct {
     int8_t qs[256];   /* quantized activations in input order (§3.4, exactly hymt_quantize_group_q8g) */
     int32_t bias[8];  /* −128 × Σ of block k's 32 activations: cancels the +128 of unsigned weights */
     float s;          /* the group's activation scale */
-    uint8_t pad[28];
+    uint8_t pad[20];
+    uint64_t stamp;   /* group 0: a number no other prepared token has (the AMX kernel's cache key), else 0 */
 } hymt_q8_0_act;
+
+/* Source of the stamps: every prepared token gets the next value (never 0). */
+static uint64_t hymt_q8_0_stamps = 0;
 
 static void hymt_decode_q8_0(const uint8_t *src, float *dst, int64_t nblocks) {
     for (int64_t b = 0; b < nblocks; b++) {
@@ -75,6 +79,7 @@ static void hymt_prepare_q8_0(const float *x, int64_t cols, uint8_t *act) {
         for (int k = 0; k < 8; k++) a[j].bias[k] = -128 * (g.bsums[2 * k] + g.bsums[2 * k + 1]);
         a[j].s = g.d;
         memset(a[j].pad, 0, sizeof a[j].pad);
+        a[j].stamp = j == 0 ? __atomic_add_fetch(&hymt_q8_0_stamps, 1, __ATOMIC_RELAXED) : 0;
     }
 }
 
@@ -464,117 +469,246 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q8_0_avx2(const uint8_t *w, size_t row_by
 
 #if defined(HYMT_HAVE_AMX)
 /* ---- AMX tiles (amx.h) for batched products: n >= HYMT_Q8_0_AMX_MIN under the avx512 family ----------
- * Each block's exact isum for 16 tokens × 16 rows is one tile product C[token][row] += act[token][32] ·
- * W[8 k-quads][16 rows × 4] (tdpbssd, both operands signed, K = 32: one product per block because every
- * block has its own d); then the definition's float steps run per token with lane = row, in the same order
- * (gacc over the group's eight blocks, then the group's fma into the total): the same bits as the scalar
- * reference and the vector kernels. A group of a 16-row tile is transposed once (hymt_q8_0_panel_avx512,
- * its +128 undone) and serves every token of the pass; activations are tile-loaded straight from the
- * prepared buffer, except the last n % 16 tokens, copied once into a zero-padded buffer. A tile store
- * costs the tile unit as much as a product and every block needs its own (its own d), so the gain is
- * smaller than for Q4_K's whole-block sums; below 16 tokens the vector kernel is faster (measured). */
-#define HYMT_Q8_0_AMX_MIN 16
+ * The weights are the A tile: each block's exact isums for 16 rows × 16 tokens are one product
+ * C[row][token] = A[16 rows][32 codes] · B[8 k-quads][16 tokens × 4] (tdpbssd, both signed, K = 32: every
+ * block has its own d). A Q8_0 block's 32 codes are already int8, so A is tile-loaded straight from the
+ * weight rows (stride row_bytes): no transposes, no copies. The activations are put into B's VNNI order
+ * (hymt_q8_0_amx_vnni) once per thread and matrix product — the driver calls a kernel for each chunk of
+ * rows (for the fused gate/up product every 64 rows), so the B tiles are kept per thread with the stamp
+ * of the tokens they came from (every prepare gives a token a new stamp, so a stale copy never matches).
+ * Then the definition's float steps run per row with lane = token: gacc[row] = fma(d of the row's block,
+ * f32(C[row]), gacc[row]) over the group's eight blocks in order, total = fma(s, gacc, total) with s the
+ * 16 tokens' group scales: the same operations in the same order per (row, token) as the scalar
+ * reference, so the same bits.
+ * Measured on this core (TSC ticks per block of 16 rows × 16 tokens, L1-resident): products with their
+ * tile loads ≈ 20, tile stores ≈ 14, the float steps ≈ 15, and the tile unit and the vector units barely
+ * overlap (all together ≈ 48), so the kernel spends one tile load of each operand, one product and one
+ * store per block and nothing else per block; the store of block b is issued after the product of block
+ * b + 1 and its float steps after the product of block b + 3, so no load waits for the store just before. */
+#define HYMT_Q8_0_AMX_MIN 10
 /* Tokens per pass over the weights (bounds the float totals on the stack: 16 KiB). */
 #define HYMT_Q8_0_AMX_PASS 256
 
-/* Tiles: 0..3 the isums [16 tokens][16 rows] int32 of four blocks; 4, 5 activations [16 tokens][32 bytes];
- * 6, 7 weights [8 k-quads][16 rows × 4 bytes]. */
+/* 16×16 dword transpose in registers: v[j] lane i ← v[i] lane j. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_transpose16(__m512i *v) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i .. 4i + 3 */
+    for (int i = 0; i < 4; i++) {
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+        __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+        v[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        v[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+        v[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        v[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+}
+
+/* The B tiles of n tokens: vb[k][block][j][4t + i] = activation 32·block + 4j + i of token 16k + t, and
+ * sv[k][g][t] = that token's scale of group g (both 0 for tokens ≥ n). */
+HYMT_TARGET_AVX512 static void hymt_q8_0_amx_vnni(const uint8_t *act, size_t act_stride, int64_t n, int64_t groups,
+                                                   int8_t *vb, float *sv) {
+    for (int64_t k = 0; 16 * k < n; k++) {
+        const hymt_q8_0_act *a[16]; /* [token of the tile] its group 0, NULL past n */
+        for (int t = 0; t < 16; t++)
+            a[t] = 16 * k + t < n ? (const hymt_q8_0_act *)(act + (size_t)(16 * k + t) * act_stride) : NULL;
+        for (int64_t g = 0; g < groups; g++) {
+            float *s = sv + ((size_t)k * groups + g) * 16;
+            for (int t = 0; t < 16; t++) s[t] = a[t] != NULL ? a[t][g].s : 0.0f;
+            int8_t *dst = vb + ((size_t)k * groups + g) * 8 * 512;
+            for (int h = 0; h < 4; h++) { /* blocks 2h, 2h + 1 of the group: 64 bytes of each token */
+                __m512i v[16];
+                for (int t = 0; t < 16; t++)
+                    v[t] = a[t] != NULL ? _mm512_load_si512((const void *)(a[t][g].qs + 64 * h)) : _mm512_setzero_si512();
+                hymt_q8_0_transpose16(v);
+                for (int j = 0; j < 16; j++) _mm512_store_si512((void *)(dst + 1024 * h + 64 * j), v[j]);
+            }
+        }
+    }
+}
+
+/* One thread's B tiles (hymt_q8_0_amx_vnni) and the tokens they were made from. */
+typedef struct {
+    int8_t *vb;         /* [ceil(n / 16)][blocks][8][64] */
+    float *sv;          /* [ceil(n / 16)][groups][16] */
+    size_t bytes;       /* allocated at vb (sv follows) */
+    const uint8_t *act; /* the prepared tokens: first, stride, count, width, token 0's stamp */
+    size_t act_stride;
+    int64_t n, cols;
+    uint64_t stamp;
+} hymt_q8_0_amx_b;
+static __thread hymt_q8_0_amx_b hymt_q8_0_amx_b_tls;
+
+/* This thread's B tiles of the call's tokens, made now unless they are the last call's; NULL when out of
+ * memory. */
+HYMT_TARGET_AVX512 static hymt_q8_0_amx_b *hymt_q8_0_amx_b_tiles(const uint8_t *act, size_t act_stride, int64_t n,
+                                                                 int64_t cols) {
+    hymt_q8_0_amx_b *c = &hymt_q8_0_amx_b_tls;
+    const uint64_t stamp = ((const hymt_q8_0_act *)act)->stamp;
+    if (c->vb != NULL && c->act == act && c->act_stride == act_stride && c->n == n && c->cols == cols &&
+        c->stamp == stamp)
+        return c;
+    const int64_t tiles = (n + 15) / 16, groups = cols / 256;
+    const size_t vb_bytes = (size_t)tiles * 16 * (size_t)cols, bytes = vb_bytes + (size_t)tiles * groups * 64;
+    if (bytes > c->bytes) {
+        free(c->vb);
+        c->vb = (int8_t *)aligned_alloc(64, bytes);
+        c->bytes = c->vb != NULL ? bytes : 0;
+        if (c->vb == NULL) return NULL;
+    }
+    c->sv = (float *)(c->vb + vb_bytes);
+    hymt_q8_0_amx_vnni(act, act_stride, n, groups, c->vb, c->sv);
+    c->act = act;
+    c->act_stride = act_stride;
+    c->n = n;
+    c->cols = cols;
+    c->stamp = stamp;
+    return c;
+}
+
+/* The d of 16 rows' eight blocks of one group (grp: row 0's group, rows stride apart; rows ≥ nr give 0):
+ * dv[row][block]. One row's eight d sit at bytes 34b of its 272-byte group: two byte permutes. */
+HYMT_TARGET_AMX HYMT_INLINE void hymt_q8_0_amx_scales(const uint8_t *grp, size_t stride, int nr, float dv[16][8]) {
+    const __m512i lo = _mm512_setr_epi64(0x6766454423220100LL, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi = _mm512_setr_epi64(0, 0x6f6e4d4c2b2a0908LL, 0, 0, 0, 0, 0, 0);
+    for (int i = 0; i < 16; i++) {
+        __m256 d = _mm256_setzero_ps();
+        if (i < nr) {
+            const uint8_t *p = grp + (size_t)i * stride;
+            __m512i a = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)p), lo,
+                                                 _mm512_loadu_si512((const void *)(p + 64)));
+            __m512i b = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)(p + 128)), hi,
+                                                 _mm512_loadu_si512((const void *)(p + 192)));
+            d = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_mask_blend_epi8(0xff00, a, b)));
+        }
+        _mm256_store_ps(dv[i], d);
+    }
+}
+
+/* Prefetch rows i0 .. i1 − 1 of the 16-row tile at r, group g + HYMT_Q8_0_PREFETCH_GROUPS (past the last
+ * group: of the next tile's rows, up to r1) into L1. The kernel asks for a few rows per token tile rather
+ * than the whole group at once: a burst of 80 lines fills the miss buffers that the tile loads need. */
+HYMT_INLINE void hymt_q8_0_amx_prefetch(const uint8_t *w, size_t row_bytes, int64_t r, int64_t r1, int64_t g,
+                                        int64_t groups, int i0, int i1) {
+    int64_t pg = g + HYMT_Q8_0_PREFETCH_GROUPS, pr = r;
+    if (pg >= groups) pg -= groups, pr += 16;
+    for (int64_t q = pr + i0; q < pr + i1 && q < r1; q++) {
+        const uintptr_t p = (uintptr_t)(w + (size_t)q * row_bytes + (size_t)pg * 8 * HYMT_Q8_0_BYTES);
+        for (uintptr_t a = p & ~(uintptr_t)63; a < p + 8 * HYMT_Q8_0_BYTES; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+    }
+}
+
+/* Tiles: 0..3 isums [16 rows][16 tokens] int32 (block b in tile b % 4); 4, 5 weights [16 rows][32 codes];
+ * 6, 7 activations [8 k-quads][16 tokens × 4]. */
+#define HYMT_Q8_0_AMX_PRODUCT(b, C, A, B)                                                                     \
+    do {                                                                                                     \
+        _tile_zero(C);                                                                                       \
+        _tile_loadd(A, src + (b) * HYMT_Q8_0_BYTES, stride);                                                  \
+        _tile_loadd(B, vbk + (b) * 512, 64);                                                                 \
+        _tile_dpbssd(C, A, B);                                                                               \
+    } while (0)
+#define HYMT_Q8_0_AMX_STORE(b, C) _tile_stored(C, cbuf[b], 64)
+#define HYMT_Q8_0_AMX_FLOAT(b)                                                                               \
+    do {                                                                                                     \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) gacc[i] = _mm512_fmadd_ps(                    \
+            _mm512_set1_ps(dv[i][b]), _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cbuf[b][i])), gacc[i]); \
+    } while (0)
+
 HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                float *y, int64_t y_stride) {
     static const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 8, 8};
     static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
     const int64_t groups = cols / 256;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i W[64];                                             /* [block][k-quad] of one group, +128 */
-    __m512 D[8];                                               /* [block] lane r = d of row r */
-    int8_t bt[8][8][64] __attribute__((aligned(64)));          /* [block][k-quad][4r + e] signed weights */
-    int32_t c[2][4][16][16] __attribute__((aligned(64)));      /* isums read back: [step % 2][block of the half][token][row] */
-    float gacc[16][16] __attribute__((aligned(64)));           /* [token][row] a token tile's gacc after 4 blocks */
-    float acc[HYMT_Q8_0_AMX_PASS][16] __attribute__((aligned(64))); /* [token of the pass][row] */
-    /* tail: [groups][16][256] the activations of the last n % 16 tokens, zero-padded to a whole tile */
-    const int tail_tokens = (int)(n % 16);
-    int8_t *tail = NULL;
-    if (tail_tokens > 0) {
-        if ((tail = (int8_t *)aligned_alloc(64, (size_t)groups * 16 * 256)) == NULL) {
-            hymt_gemm_q8_0_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
-            return;
-        }
-        memset(tail, 0, (size_t)groups * 16 * 256);
-        for (int i = 0; i < tail_tokens; i++)
-            for (int64_t g = 0; g < groups; g++)
-                memcpy(tail + ((size_t)g * 16 + i) * 256,
-                       ((const hymt_q8_0_act *)(act + (size_t)(n - tail_tokens + i) * act_stride) + g)->qs, 256);
+    const hymt_q8_0_amx_b *bt = hymt_q8_0_amx_b_tiles(act, act_stride, n, cols);
+    if (bt == NULL) {
+        hymt_gemm_q8_0_avx512(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+        return;
     }
+    int32_t cbuf[8][16][16] __attribute__((aligned(64)));          /* [block][row][token] isums read back */
+    float dv[16][8] __attribute__((aligned(64)));                  /* [row][block] d of the group */
+    uint8_t part[16 * 8 * HYMT_Q8_0_BYTES] __attribute__((aligned(64))); /* [16 rows][8 blocks]: a partial tile's group, zero rows past the last */
+    float acc[16][HYMT_Q8_0_AMX_PASS] __attribute__((aligned(64))); /* [row][token of the pass] totals */
     hymt_amx_configure(tile_rows, tile_colsb);
     for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_AMX_PASS) {
-        const int np = n - t0 < HYMT_Q8_0_AMX_PASS ? (int)(n - t0) : HYMT_Q8_0_AMX_PASS;
+        const int np = n - t0 < HYMT_Q8_0_AMX_PASS ? (int)(n - t0) : HYMT_Q8_0_AMX_PASS, nk = (np + 15) / 16;
         for (int64_t r = r0; r < r1; r += 16) {
             const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-            for (int t = 0; t < np; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+            for (int i = 0; i < 16; i++)
+                for (int k = 0; k < nk; k++) _mm512_store_ps(acc[i] + 16 * k, _mm512_setzero_ps());
             for (int64_t g = 0; g < groups; g++) {
-                hymt_q8_0_prefetch(w, row_bytes, r, 16, r1, g, groups, 1);
-                hymt_q8_0_panel_avx512(w + (size_t)r * row_bytes, row_bytes, rows, g, W, D);
-                for (int i = 0; i < 64; i++) _mm512_store_si512((void *)bt[i / 8][i % 8], _mm512_xor_si512(W[i], flip));
-                const uint8_t *a0 = act + (size_t)t0 * act_stride + (size_t)g * sizeof(hymt_q8_0_act);
-                /* half-steps s = 2k + h: blocks 4h .. 4h + 3 of token tile k. The products of step s, then the
-                 * vector steps of s − 1 (its sums read back before), then the store of s: the tile unit
-                 * and the vector units work side by side. */
-                const int steps = 2 * ((np + 15) / 16);
-                for (int s = 0; s <= steps; s++) {
-                    if (s < steps) {
-                        const int t = 16 * (s / 2), h = s % 2;
-                        const uint8_t *at = np - t >= 16 ? a0 + (size_t)t * act_stride
-                                                         : (const uint8_t *)tail + (size_t)g * 16 * 256;
-                        const size_t stride = np - t >= 16 ? act_stride : 256;
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_zero(2);
-                        _tile_zero(3);
-                        _tile_loadd(4, at + 32 * (4 * h), stride);
-                        _tile_loadd(6, bt[4 * h], 64);
-                        _tile_dpbssd(0, 4, 6);
-                        _tile_loadd(5, at + 32 * (4 * h + 1), stride);
-                        _tile_loadd(7, bt[4 * h + 1], 64);
-                        _tile_dpbssd(1, 5, 7);
-                        _tile_loadd(4, at + 32 * (4 * h + 2), stride);
-                        _tile_loadd(6, bt[4 * h + 2], 64);
-                        _tile_dpbssd(2, 4, 6);
-                        _tile_loadd(5, at + 32 * (4 * h + 3), stride);
-                        _tile_loadd(7, bt[4 * h + 3], 64);
-                        _tile_dpbssd(3, 5, 7);
-                    }
-                    if (s > 0) {
-                        const int t = 16 * ((s - 1) / 2), h = (s - 1) % 2, T = np - t < 16 ? np - t : 16;
-                        int32_t(*cs)[16][16] = c[(s - 1) % 2];
-                        for (int i = 0; i < T; i++) {
-                            /* gacc over blocks 0..3 waits in gacc[i] for blocks 4..7 */
-                            __m512 ga = h == 0 ? _mm512_setzero_ps() : _mm512_load_ps(gacc[i]);
-                            for (int b = 0; b < 4; b++)
-                                ga = _mm512_fmadd_ps(D[4 * h + b], _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cs[b][i])), ga);
-                            if (h == 0) {
-                                _mm512_store_ps(gacc[i], ga);
-                            } else {
-                                const float sg = ((const hymt_q8_0_act *)(a0 + (size_t)(t + i) * act_stride))->s;
-                                _mm512_store_ps(acc[t + i], _mm512_fmadd_ps(_mm512_set1_ps(sg), ga, _mm512_load_ps(acc[t + i])));
-                            }
-                        }
-                    }
-                    if (s < steps) {
-                        _tile_stored(0, c[s % 2][0], 64);
-                        _tile_stored(1, c[s % 2][1], 64);
-                        _tile_stored(2, c[s % 2][2], 64);
-                        _tile_stored(3, c[s % 2][3], 64);
-                    }
+                /* A rows: the weight rows themselves, or the partial tile's rows copied beside zero rows */
+                const uint8_t *grp = w + (size_t)r * row_bytes + (size_t)(8 * g) * HYMT_Q8_0_BYTES;
+                size_t stride = row_bytes;
+                if (rows < 16) {
+                    memset(part, 0, sizeof part);
+                    for (int i = 0; i < rows; i++)
+                        memcpy(part + i * 8 * HYMT_Q8_0_BYTES, grp + (size_t)i * row_bytes, 8 * HYMT_Q8_0_BYTES);
+                    grp = part;
+                    stride = 8 * HYMT_Q8_0_BYTES;
+                }
+                hymt_q8_0_amx_scales(grp, stride, rows, dv);
+                const uint8_t *src = grp + 2;
+                for (int k = 0; k < nk; k++) {
+                    const int8_t *vbk = bt->vb + ((size_t)(t0 / 16 + k) * groups + g) * 8 * 512;
+                    hymt_q8_0_amx_prefetch(w, row_bytes, r, r1, g, groups, 16 * k / nk, 16 * (k + 1) / nk);
+                    __m512 gacc[16];
+                    for (int i = 0; i < 16; i++) gacc[i] = _mm512_setzero_ps();
+                    HYMT_Q8_0_AMX_PRODUCT(0, 0, 4, 6);
+                    HYMT_Q8_0_AMX_PRODUCT(1, 1, 5, 7);
+                    HYMT_Q8_0_AMX_STORE(0, 0);
+                    HYMT_Q8_0_AMX_PRODUCT(2, 2, 4, 6);
+                    HYMT_Q8_0_AMX_STORE(1, 1);
+                    HYMT_Q8_0_AMX_PRODUCT(3, 3, 5, 7);
+                    HYMT_Q8_0_AMX_STORE(2, 2);
+                    HYMT_Q8_0_AMX_FLOAT(0);
+                    HYMT_Q8_0_AMX_PRODUCT(4, 0, 4, 6);
+                    HYMT_Q8_0_AMX_STORE(3, 3);
+                    HYMT_Q8_0_AMX_FLOAT(1);
+                    HYMT_Q8_0_AMX_PRODUCT(5, 1, 5, 7);
+                    HYMT_Q8_0_AMX_STORE(4, 0);
+                    HYMT_Q8_0_AMX_FLOAT(2);
+                    HYMT_Q8_0_AMX_PRODUCT(6, 2, 4, 6);
+                    HYMT_Q8_0_AMX_STORE(5, 1);
+                    HYMT_Q8_0_AMX_FLOAT(3);
+                    HYMT_Q8_0_AMX_PRODUCT(7, 3, 5, 7);
+                    HYMT_Q8_0_AMX_STORE(6, 2);
+                    HYMT_Q8_0_AMX_FLOAT(4);
+                    HYMT_Q8_0_AMX_STORE(7, 3);
+                    HYMT_Q8_0_AMX_FLOAT(5);
+                    HYMT_Q8_0_AMX_FLOAT(6);
+                    HYMT_Q8_0_AMX_FLOAT(7);
+                    const __m512 s = _mm512_load_ps(bt->sv + ((size_t)(t0 / 16 + k) * groups + g) * 16);
+                    for (int i = 0; i < 16; i++)
+                        _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
                 }
             }
-            const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, _mm512_load_ps(acc[t]));
+            /* [row][token] → y[token][row], 16 × 16 at a time */
+            const __mmask16 live = (__mmask16)((1u << rows) - 1);
+            for (int k = 0; k < nk; k++) {
+                __m512i v[16];
+                for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(_mm512_load_ps(acc[i] + 16 * k));
+                hymt_q8_0_transpose16(v);
+                const int live_t = np - 16 * k < 16 ? np - 16 * k : 16;
+                for (int t = 0; t < live_t; t++)
+                    _mm512_mask_storeu_ps(y + (t0 + 16 * k + t) * y_stride + r, live, _mm512_castsi512_ps(v[t]));
+            }
         }
     }
     hymt_amx_release();
-    free(tail);
 }
+#undef HYMT_Q8_0_AMX_PRODUCT
+#undef HYMT_Q8_0_AMX_STORE
+#undef HYMT_Q8_0_AMX_FLOAT
 
 /* The avx512 entry of the format: tiles for batches when AMX is on (and the panel's int32 row offsets
  * fit), else the vector kernel (same bits). */
