@@ -370,6 +370,29 @@ def test_amx_tiles_equal_the_scalar_reference(dtype: str) -> None:
                 assert np.array_equal(q, scalar) and np.array_equal(k, quant.matmul(up, x))
 
 
+@pytest.mark.skipif(
+    "avx512" not in ISAS or not kernels.cpu_features()["amx_int8"],
+    reason="no AMX tiles under the avx512 family",
+)
+def test_q8_0_amx_products_of_the_same_shape_back_to_back() -> None:
+    """The Q8_0 tile kernel keeps each thread's copy of the activations between the row chunks of one
+    product; products of the same shape one after another (the activation buffer may come back at the same
+    address) must each use their own tokens."""
+    rng = np.random.default_rng(41)
+    w = make_weight("Q8_0", 70, 512, rng)
+    previous = kernels.get_num_threads()
+    try:
+        for threads in (1, 2):
+            kernels.set_num_threads(threads)
+            for _ in range(3):
+                x = rng.standard_normal((24, 512)).astype(np.float32)
+                with kernels.use_amx(True), kernels.use_isa("avx512"):
+                    got = quant.matmul(w, x)
+                assert np.array_equal(got, matmul_isa("scalar", w, x))
+    finally:
+        kernels.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 def test_fused_kernels_equal_unfused(dtype: str) -> None:
     rng = np.random.default_rng(17)
