@@ -536,7 +536,8 @@ HYMT_TARGET_AVX512 static void hymt_q8_0_amx_vnni(const uint8_t *act, size_t act
     }
 }
 
-/* One thread's B tiles (hymt_q8_0_amx_vnni) and the tokens they were made from. */
+/* One thread's B tiles (hymt_q8_0_amx_vnni) and the tokens they were made from. The buffer stays with the
+ * thread (16·ceil(n/16)·cols + ceil(n/16)·cols/4 bytes of its largest product so far) and is reused. */
 typedef struct {
     int8_t *vb;         /* [ceil(n / 16)][blocks][8][64] */
     float *sv;          /* [ceil(n / 16)][groups][16] */
