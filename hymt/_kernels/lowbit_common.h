@@ -10,10 +10,6 @@
 #define HYMT_LOWBIT_TOKEN_TILE 8
 /* Batched (transposed) kernels run from this many tokens per call. */
 #define HYMT_LOWBIT_BATCH_MIN 4
-/* Cache level of the kernels' software prefetches. */
-#ifndef HYMT_PREFETCH_HINT
-#define HYMT_PREFETCH_HINT _MM_HINT_T0
-#endif
 
 #if defined(HYMT_X86)
 /* fp16 values at byte offset `at` of block b of up to 16 consecutive rows, as float32 lanes.
