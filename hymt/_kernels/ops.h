@@ -275,6 +275,15 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
     float *scores = scratch, *maxs = scratch + rows * T, *sums = maxs + rows;
     for (int64_t t = t0; t < t1; t++)
         memset(out + (t * H + kv0 * group) * D, 0, (size_t)(kvn * group * D) * sizeof(float));
+    /* the first tile's rows of every kv head of the task, a cache line at a time: the loop below
+     * prefetches one tile ahead per kv head, so without this a decode meets each kv head's first tile
+     * cold (the products between layers evict the cache), one demand miss after another */
+    if (t1 - t0 == 1)
+        for (int64_t p = 0; p < (T < end ? T : end); p++)
+            for (int64_t d = kv0 * D; d < kv1 * D; d += 16) {
+                __builtin_prefetch(keys + p * K * D + d);
+                __builtin_prefetch(values + p * K * D + d);
+            }
     for (int64_t p0 = 0; p0 < end; p0 += T) {
         const int64_t tile_end = p0 + T < end ? p0 + T : end;
         /* tokens whose position is below p0 see none of this tile: start from the first that does */
