@@ -282,22 +282,19 @@ class Session:
         return 2 * len(self.keys) * self.capacity * self._kv_width * 4
 
     def reserve(self, end: int) -> None:
-        """Grow every layer's cache (256-position steps, at most the context) to hold positions < end.
-
-        All layers' keys and values are views of one allocation ([2, layers, capacity, K*D]; 32 MiB for
-        the 1.8B shape at 256 positions), which numpy maps in 2 MiB pages (it advises huge pages for
-        buffers of 4 MiB and more). Decode reads each layer's cache after the products evicted it: in
-        4 KiB pages every page of it costs a TLB miss (a nested page walk under a hypervisor), which
-        made a cold attention call at position 80 take 2.2x as long.
-        """
+        """Grow every layer's cache (256-position steps, at most the context) to hold positions < end."""
         if end <= self.capacity:
             return
         capacity = min(self.context, -(-end // KV_GROWTH) * KV_GROWTH)
-        block = np.empty((2, len(self.keys), capacity, self._kv_width), np.float32)
-        for layer, (old_k, old_v) in enumerate(zip(self.keys, self.values, strict=True)):
-            block[0, layer, : self.position] = old_k[: self.position]
-            block[1, layer, : self.position] = old_v[: self.position]
-        self.keys, self.values = list(block[0]), list(block[1])
+        keys, values = [], []
+        for old_k, old_v in zip(self.keys, self.values, strict=True):
+            new_k = np.empty((capacity, self._kv_width), np.float32)
+            new_v = np.empty((capacity, self._kv_width), np.float32)
+            new_k[: self.position] = old_k[: self.position]
+            new_v[: self.position] = old_v[: self.position]
+            keys.append(new_k)
+            values.append(new_v)
+        self.keys, self.values = keys, values
 
 
 @dataclass
