@@ -16,8 +16,6 @@ whether it runs alone or batched, and independent of the thread count.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -256,44 +254,6 @@ def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
 # sessions
 
 
-class KVPool:
-    """Session KV blocks ([2, layers, capacity, K*D] float32: every layer's keys, then values) kept for reuse.
-
-    One block per session, rather than an array per layer, so numpy maps it in 2 MiB pages (it advises huge
-    pages from 4 MiB on): decode reads each layer's cache after the products evicted it, and in 4 KiB pages
-    every page costs a TLB miss with a nested page walk under a hypervisor (a cold attention call at position
-    80: 107 µs in 4 KiB pages, 49 µs in 2 MiB pages). A fresh block's first touch zeroes whole 2 MiB pages, so
-    blocks of finished sessions are kept for the next ones instead of being freed: at most as many blocks,
-    live and kept, as were ever live at once, so the pool never holds more memory than the peak it follows.
-    """
-
-    def __init__(self) -> None:
-        self._free: dict[tuple[int, ...], list[np.ndarray]] = {}
-        self._live = 0  # blocks held by sessions now
-        self._peak = 0  # most blocks held by sessions at once
-        self._kept = 0  # blocks in self._free
-        self._lock = threading.Lock()  # sessions are finalized on whichever thread drops them
-
-    def take(self, shape: tuple[int, ...], *, replacing: bool) -> np.ndarray:
-        """A block of ``shape``; ``replacing``: the caller gives one back right after copying from it (a
-        growing session), which does not raise the peak."""
-        with self._lock:
-            self._live += 1
-            self._peak = max(self._peak, self._live - replacing)
-            kept = self._free.get(shape)
-            if kept:
-                self._kept -= 1
-                return kept.pop()
-        return np.empty(shape, np.float32)
-
-    def give(self, block: np.ndarray) -> None:
-        with self._lock:
-            self._live -= 1
-            if self._live + self._kept < self._peak:
-                self._free.setdefault(block.shape, []).append(block)
-                self._kept += 1
-
-
 class Session:
     """One request's state: position, float32 KV cache per layer, poison flag and cancel callable."""
 
@@ -307,7 +267,6 @@ class Session:
         self._kv_width = cfg.kv_heads * cfg.head_dim
         self.keys: list[np.ndarray] = [np.empty((0, self._kv_width), np.float32)] * cfg.layers  # [cap, K*D]
         self.values: list[np.ndarray] = list(self.keys)  # [cap, K*D]
-        self._release: weakref.finalize | None = None  # returns the KV block to the model's pool
 
     @property
     def cancelled(self) -> bool:
@@ -327,15 +286,15 @@ class Session:
         if end <= self.capacity:
             return
         capacity = min(self.context, -(-end // KV_GROWTH) * KV_GROWTH)
-        pool = self.model.kv_pool
-        block = pool.take((2, len(self.keys), capacity, self._kv_width), replacing=self._release is not None)
-        for layer, (old_k, old_v) in enumerate(zip(self.keys, self.values, strict=True)):
-            block[0, layer, : self.position] = old_k[: self.position]
-            block[1, layer, : self.position] = old_v[: self.position]
-        self.keys, self.values = list(block[0]), list(block[1])  # [capacity, K*D] views per layer
-        if self._release is not None:
-            self._release()  # the smaller block goes back now (positions past self.position are never read)
-        self._release = weakref.finalize(self, pool.give, block)
+        keys, values = [], []
+        for old_k, old_v in zip(self.keys, self.values, strict=True):
+            new_k = np.empty((capacity, self._kv_width), np.float32)
+            new_v = np.empty((capacity, self._kv_width), np.float32)
+            new_k[: self.position] = old_k[: self.position]
+            new_v[: self.position] = old_v[: self.position]
+            keys.append(new_k)
+            values.append(new_v)
+        self.keys, self.values = keys, values
 
 
 @dataclass
@@ -402,7 +361,6 @@ class Model:
         self.rope_freqs = ops.rope_freqs(cfg.rope_base, cfg.head_dim)  # [D/2] float32
         self._norm_first = cfg.architecture == "hy_v3"
         self._layers = [self._layer_kernels(block) for block in self.blocks]
-        self.kv_pool = KVPool()
 
     def _layer_kernels(self, block: Block) -> ops.Layer:
         """The block as one-call attention (and dense FFN) kernels; weights checked here, once."""

@@ -372,44 +372,6 @@ def test_kv_cache_grows_in_steps_of_256(dense):
     assert session.capacity == 600 and session.position == 600
 
 
-def test_kv_blocks_of_finished_sessions_are_reused_without_leaking_state(fixtures):
-    model = hymt.load(fixtures[(False, False)])
-    pool = model.kv_pool
-    vocab = model.config.vocab_size
-    first = model.new_session(600)
-    alone = model.forward(first, [65, 66, 67])
-    dirty = model.new_session(600)
-    model.prefill(dirty, [1 + (7 + i) % (vocab - 1) for i in range(200)])
-    dirty_block = dirty.keys[0].base  # [2, layers, 256, K*D], full of dirty's keys and values
-    assert dirty_block is not None and dirty_block.shape[2] == 256
-    del dirty  # two sessions were live at once: the pool keeps its block for the next session
-    assert pool._live == 1 and pool._kept == 1
-    reused = model.new_session(600)
-    np.testing.assert_array_equal(model.forward(reused, [65, 66, 67]), alone)
-    assert reused.keys[0].base is dirty_block
-    del first, reused
-    assert pool._live == 0 and pool._kept == pool._peak == 2
-
-
-def test_kv_pool_keeps_no_more_blocks_than_were_live_at_once(fixtures):
-    model = hymt.load(fixtures[(False, False)])
-    pool = model.kv_pool
-    session = model.new_session(600)
-    model.forward(session, [1])
-    model.prefill(session, [2] * 300)  # grows 256 -> 512: the 256 block is not kept (one session at a time)
-    assert session.capacity == 512 and pool._peak == 1 and pool._kept == 0
-    kept = session.keys[0].base
-    del session
-    assert pool._live == 0 and pool._kept == 1
-    for _ in range(3):  # one session after another, same capacity: the same block every time
-        session = model.new_session(600)
-        model.prefill(session, [2] * 300)
-        assert session.keys[0].base is kept
-        del session
-    model.forward(model.new_session(100), [1])  # another shape: allocated, then freed (the pool is full)
-    assert pool._peak == 1 and pool._kept == 1 and pool._free[kept.shape] == [kept]
-
-
 def test_prefill_chunks_long_prompts(dense):
     tokens = [int(t) for t in np.random.default_rng(0).integers(0, 256, 600)]
     a = dense.prefill(dense.new_session(700), tokens)
