@@ -220,7 +220,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_tile_avx512(const uint8_t *blk0, s
     for (int h = 0; h < 2; h++) {
         __m512i x[16], t[16]; /* x[r]: bytes 64h..64h+63 of row r's codes = groups 2h, 2h+1 */
         for (int r = 0; r < 16; r++) x[r] = _mm512_loadu_si512((const void *)(blk0 + off[r] + 16 + 64 * h));
-        hymt_kq_transpose16(x, t);
+        hymt_transpose16_epi32(x, t);
         for (int k = 0; k < 16; k++) {
             const int g = 2 * h + k / 8, kk = k % 8;
             _mm512_store_si512((void *)tl->v[16 * g + kk], _mm512_and_si512(t[k], m4));
@@ -650,7 +650,7 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_q4_k_amx_decode(const uint8_t *blk0, size_
             const uint8_t *p = blk0 + (size_t)(r < rows ? r : rows - 1) * row_bytes;
             x[r] = _mm512_loadu_si512((const void *)(p + 16 + 64 * h));
         }
-        hymt_kq_transpose16(x, t);
+        hymt_transpose16_epi32(x, t);
         /* byte l of 32-byte group g: low nibble = input 64g + l (sub-block 2g), high = 64g + 32 + l (2g + 1) */
         for (int k = 0; k < 16; k++) {
             const int g = 2 * h + k / 8, kd = 16 * g + k % 8;

@@ -489,30 +489,6 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q8_0_avx2(const uint8_t *w, size_t row_by
 /* Tokens per pass over the weights (bounds the float totals on the stack: 16 KiB). */
 #define HYMT_Q8_0_AMX_PASS 256
 
-/* 16×16 dword transpose in registers: v[j] lane i ← v[i] lane j. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_transpose16(__m512i *v) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i .. 4i + 3 */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
-        __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-        v[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        v[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-        v[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        v[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-    }
-}
-
 /* The B tiles of n tokens: vb[k][block][j][4t + i] = activation 32·block + 4j + i of token 16k + t, and
  * sv[k][g][t] = that token's scale of group g (both 0 for tokens ≥ n). */
 HYMT_TARGET_AVX512 static void hymt_q8_0_amx_vnni(const uint8_t *act, size_t act_stride, int64_t n, int64_t groups,
@@ -526,11 +502,11 @@ HYMT_TARGET_AVX512 static void hymt_q8_0_amx_vnni(const uint8_t *act, size_t act
             for (int t = 0; t < 16; t++) s[t] = a[t] != NULL ? a[t][g].s : 0.0f;
             int8_t *dst = vb + ((size_t)k * groups + g) * 8 * 512;
             for (int h = 0; h < 4; h++) { /* blocks 2h, 2h + 1 of the group: 64 bytes of each token */
-                __m512i v[16];
+                __m512i v[16], vt[16]; /* [token] 64 activations; [j] dword j of every token */
                 for (int t = 0; t < 16; t++)
                     v[t] = a[t] != NULL ? _mm512_load_si512((const void *)(a[t][g].qs + 64 * h)) : _mm512_setzero_si512();
-                hymt_q8_0_transpose16(v);
-                for (int j = 0; j < 16; j++) _mm512_store_si512((void *)(dst + 1024 * h + 64 * j), v[j]);
+                hymt_transpose16_epi32(v, vt);
+                for (int j = 0; j < 16; j++) _mm512_store_si512((void *)(dst + 1024 * h + 64 * j), vt[j]);
             }
         }
     }
@@ -696,12 +672,12 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
             /* [row][token] → y[token][row], 16 × 16 at a time */
             const __mmask16 live = (__mmask16)((1u << rows) - 1);
             for (int k = 0; k < nk; k++) {
-                __m512i v[16];
+                __m512i v[16], vt[16]; /* [row] 16 tokens' sums; [token] 16 rows' sums */
                 for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(_mm512_load_ps(acc[i] + 16 * k));
-                hymt_q8_0_transpose16(v);
+                hymt_transpose16_epi32(v, vt);
                 const int live_t = np - 16 * k < 16 ? np - 16 * k : 16;
                 for (int t = 0; t < live_t; t++)
-                    _mm512_mask_storeu_ps(y + (t0 + 16 * k + t) * y_stride + r, live, _mm512_castsi512_ps(v[t]));
+                    _mm512_mask_storeu_ps(y + (t0 + 16 * k + t) * y_stride + r, live, _mm512_castsi512_ps(vt[t]));
             }
         }
     }

@@ -117,6 +117,36 @@ typedef struct {
  *   cols        inputs per row (a multiple of the format's block length, checked by the caller)
  * Must process weight blocks once per tile of tokens (batching), and give each (t, r) exactly the
  * value it would get with n == 1. */
+#if defined(HYMT_X86)
+/* 16×16 dword transpose: out[j] lane i = dword j of r[i] (unpack 32/64-bit, then two 128-bit lane
+ * shuffles; r and out must not overlap). The batched kernels use it so that a vector holds 4 weights of
+ * each of 16 rows (lane = row), the AMX kernels to move between row-major and tile layouts. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_transpose16_epi32(const __m512i *r, __m512i *out) {
+    __m512i t[16], u[16];
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int m = 0; m < 4; m++) { /* u[4m + e], quarter L: dword 4L + e of rows 4m..4m+3 */
+        u[4 * m + 0] = _mm512_unpacklo_epi64(t[4 * m], t[4 * m + 2]);
+        u[4 * m + 1] = _mm512_unpackhi_epi64(t[4 * m], t[4 * m + 2]);
+        u[4 * m + 2] = _mm512_unpacklo_epi64(t[4 * m + 1], t[4 * m + 3]);
+        u[4 * m + 3] = _mm512_unpackhi_epi64(t[4 * m + 1], t[4 * m + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512i v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512i v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        out[e] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+        out[4 + e] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+        out[8 + e] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+        out[12 + e] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+#endif
+
 typedef void (*hymt_gemm_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                              const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                              float *y, int64_t y_stride);

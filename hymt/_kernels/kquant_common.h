@@ -15,7 +15,7 @@
  *
  * Q4_K (row lanes): its definition (fmt_q4_k.h) applies the sub-block scales and mins in exact integer
  * arithmetic, leaving two float operations per (row, token, block), so the kernels may lay lanes out
- * freely: row tiles (hymt_kq_transpose16: 16 rows of code dwords -> 16 vectors, lane = output row) that
+ * freely: row tiles (hymt_transpose16_epi32: 16 rows of code dwords -> 16 vectors, lane = output row) that
  * every token of a batch broadcasts its activation dwords against, or, for few tokens, one row at a
  * time with a 16-vector horizontal-sum tree (hymt_kq_hsum16). Activations in natural order (hymt_k8).
  *
@@ -500,33 +500,5 @@ HYMT_TARGET_AVX2 HYMT_INLINE int32_t hymt_kq_hsum8(__m256i v) {
  * float accumulator vector per token on the stack; more tokens take more passes). */
 #define HYMT_K_TT 8
 #define HYMT_K_PASS 64
-
-#if defined(HYMT_X86)
-/* 16×16 dword transpose: out[k] lane r = in[r] lane k. Unpacks within 128-bit lanes, then a 4×4
- * transpose of 128-bit lanes (64 shuffles). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_transpose16(const __m512i in[16], __m512i out[16]) {
-    __m512i a[16], b[16];
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-    }
-    /* b[4i + m], 128-bit lane L: rows 4i..4i+3 of dword 4L + m */
-    for (int i = 0; i < 4; i++) {
-        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    for (int m = 0; m < 4; m++) {
-        __m512i e0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x44), e1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xEE);
-        __m512i e2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x44);
-        __m512i e3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xEE);
-        out[m] = _mm512_shuffle_i32x4(e0, e2, 0x88);
-        out[4 + m] = _mm512_shuffle_i32x4(e0, e2, 0xDD);
-        out[8 + m] = _mm512_shuffle_i32x4(e1, e3, 0x88);
-        out[12 + m] = _mm512_shuffle_i32x4(e1, e3, 0xDD);
-    }
-}
-#endif
 
 #endif /* HYMT_KQUANT_COMMON_H */

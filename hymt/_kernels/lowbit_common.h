@@ -22,32 +22,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512 hymt_gather_scales(const uint8_t *w, __m51
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
 }
 
-/* 16×16 dword transpose: out[j] lane i = dword j of r[i] (unpack 32/64-bit, then two 128-bit lane
- * shuffles). Used by the batched kernels so that a vector holds 4 weights of each of 16 rows. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_transpose16_epi32(const __m512i *r, __m512i *out) {
-    __m512i t[16], u[16];
-    for (int k = 0; k < 8; k++) {
-        t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-    }
-    for (int m = 0; m < 4; m++) { /* u[4m + e], quarter L: dword 4L + e of rows 4m..4m+3 */
-        u[4 * m + 0] = _mm512_unpacklo_epi64(t[4 * m], t[4 * m + 2]);
-        u[4 * m + 1] = _mm512_unpackhi_epi64(t[4 * m], t[4 * m + 2]);
-        u[4 * m + 2] = _mm512_unpacklo_epi64(t[4 * m + 1], t[4 * m + 3]);
-        u[4 * m + 3] = _mm512_unpackhi_epi64(t[4 * m + 1], t[4 * m + 3]);
-    }
-    for (int e = 0; e < 4; e++) {
-        __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512i v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
-        __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512i v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
-        out[e] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
-        out[4 + e] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
-        out[8 + e] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
-        out[12 + e] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
-
 /* Token sub-tile sizes of the batched kernels: n is covered greedily by 16, 8, 4, 2, 1 so each
  * sub-tile's accumulators are a compile-time count of registers. */
 HYMT_INLINE int hymt_token_subtile(int64_t left) {
