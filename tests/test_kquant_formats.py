@@ -299,7 +299,7 @@ def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: st
             full = quant.matmul(w, x)
             for t in (0, 1, 7, 18):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
-            # Q4_K: calls of up to 4 tokens take the AVX-512 row-at-a-time path, larger ones the row tiles
+            # Q4_K on AVX-512: 1 token reads row by row, 2-8 take the register row tiles, more the L1 tiles
             for subset in ([18, 3, 1, 16, 17], [5, 9], [2, 11, 4, 6], [0, 12, 13, 14, 15, 7, 8, 10]):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
             for threads in (1, 4):
