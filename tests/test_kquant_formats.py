@@ -376,6 +376,42 @@ def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
         kernels.set_num_threads(previous)
 
 
+@pytest.mark.skipif("avx512" not in ISAS, reason="the Q4_K register row tiles are an AVX-512 kernel")
+def test_q4_k_register_row_tiles_every_range_layout() -> None:
+    """Q4_K with 2-8 tokens on AVX-512 (16-row tiles, the next tile staged while one is computed) equals the
+    scalar reference for every way a range splits into tiles: one partial tile (staged padded), whole tiles
+    (the first read in place, the others staged a slice at a time, one block or several per row) and a
+    partial last tile after whole ones; the fused projections (row ranges of 64) too."""
+    rng = np.random.default_rng(37)
+    previous = kernels.get_num_threads()
+    try:
+        kernels.set_num_threads(1)  # one range = the whole matrix
+        for cols in (256, 768):
+            for rows in (5, 16, 20, 32, 33, 55, 80):
+                w = random_weight("Q4_K", rows, cols, rng)
+                x = activations(8, cols, rng)
+                reference = matmul_isa("scalar", w, x)
+                for n in (2, 5, 8):
+                    np.testing.assert_array_equal(
+                        bits(matmul_isa("avx512", w, x[:n])),
+                        bits(reference[:n]),
+                        err_msg=f"{rows}x{cols}, n = {n}",
+                    )
+        w, up = (random_weight("Q4_K", 200, 512, rng) for _ in range(2))
+        x = activations(3, 512, rng)
+        with kernels.use_isa("avx512"):
+            g = quant.matmul(w, x).astype(np.float64)
+            u = quant.matmul(up, x).astype(np.float64)
+            q, k, _ = quant.qkv(w, up, w, x)
+            silu = quant.gate_up_silu(w, up, x)
+        np.testing.assert_array_equal(bits(q), bits(matmul_isa("scalar", w, x)))
+        np.testing.assert_array_equal(bits(k), bits(matmul_isa("scalar", up, x)))
+        with np.errstate(over="ignore"):
+            assert np.allclose(silu, g / (1.0 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+    finally:
+        kernels.set_num_threads(previous)
+
+
 # ---- float32 path -----------------------------------------------------------------------------------
 
 
