@@ -439,8 +439,9 @@ typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0
 static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1};
 
 /* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWS_MAX): tiles of 16 rows, one lane per row, decoded
- * in registers once per block for every token of the call (no tile buffer, no horizontal sums). Per block: the 16 row
- * headers (16 bytes each) become four lane = row vectors by 128-bit inserts and a 4×4 transpose (d|dmin,
+ * once per block for every token of the call, the code vectors made in registers as they are used (no
+ * 4 KiB tile buffer, no horizontal sums). Per block: the 16 row headers (16 bytes each) become four
+ * lane = row vectors by 128-bit inserts and a 4×4 transpose (d|dmin,
  * scale bytes 0..3, 4..7, 8..11); the codes, 64 bytes per row at a time, by a 16×16 dword transpose
  * (vector k, lane r = code bytes 4k..4k+3 of row r; stored to L1 between the transposes and their
  * use), whose low / high nibbles are the code vectors of one sub-block each. Per token and sub-block j a
@@ -503,7 +504,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rowscales_avx512(const uint8_t *bl
 
 /* vpdpbusd with the activation dword broadcast from memory ({1to16}): one fused load+dot instead of a
  * broadcast and a dot (GCC does not fold the broadcast into this instruction by itself). */
-#define HYMT_Q4_K_DPBUSD_BCST(acc, w, p) __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(p)))
+#define HYMT_Q4_K_DPBUSD_BCST(acc, w, p) \
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(p)))
 
 /* Bytes of the next tile copied after each of the 4 groups of a block step: 16 rows × 144 / 4 (9 lines),
  * and how far ahead of the copy its source is prefetched into L2. */
@@ -522,7 +524,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_stage(uint8_t *dst, const uint8_t 
 /* rows (1..16) rows of row_bytes from src into a staging tile, rows past the end repeating the last one. */
 static void hymt_q4_k_stage_tile(uint8_t *dst, const uint8_t *src, size_t row_bytes, int rows) {
     memcpy(dst, src, (size_t)rows * row_bytes);
-    for (int i = rows; i < 16; i++) memcpy(dst + (size_t)i * row_bytes, src + (size_t)(rows - 1) * row_bytes, row_bytes);
+    for (int i = rows; i < 16; i++)
+        memcpy(dst + (size_t)i * row_bytes, src + (size_t)(rows - 1) * row_bytes, row_bytes);
 }
 
 /* One block step of a tile (16 rows, row_bytes apart from blk) for T tokens: acc[t] (lane = row) += the
@@ -579,7 +582,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, siz
             A[t] = _mm512_dpwssd_epi32(A[t], hs.sc8[i], pair);
             B = _mm512_dpwssd_epi32(B, hs.mn[i], pair);
         }
-        const __m512 v = _mm512_fmadd_ps(hs.ndmin, _mm512_cvtepi32_ps(B), _mm512_mul_ps(hs.d, _mm512_cvtepi32_ps(A[t])));
+        const __m512 da = _mm512_mul_ps(hs.d, _mm512_cvtepi32_ps(A[t]));
+        const __m512 v = _mm512_fmadd_ps(hs.ndmin, _mm512_cvtepi32_ps(B), da);
         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a->d), v, acc[t]);
     }
 }
@@ -593,7 +597,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
     if (!in_place) hymt_q4_k_stage_tile(stage, w + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0));
     for (int64_t r = r0, tile = 0; r < r1; r += 16, tile++) {
         const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-        const uint8_t *base = tile == 0 && in_place ? w + (size_t)r * row_bytes : stage + (size_t)(tile % 2) * tile_bytes;
+        const uint8_t *base =
+            tile == 0 && in_place ? w + (size_t)r * row_bytes : stage + (size_t)(tile % 2) * tile_bytes;
         uint8_t *next = stage + (size_t)((tile + 1) % 2) * tile_bytes;
         const uint8_t *next_src = w + (size_t)(r + 16) * row_bytes;
         __m512 acc[HYMT_Q4_K_ROWS_MAX];
