@@ -17,9 +17,9 @@
  * (|A| <= 8·63·32·15·127 < 2^31.) Two float operations per (row, token, block) beyond the conversions,
  * so the SIMD kernels keep one lane per OUTPUT ROW (kquant_common.h, row-lane layout): a tile of 16 rows
  * is decoded once per block and serves every token of the call; the sub-block scales are applied to
- * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. One-token
- * calls on AVX-512 read one row at a time instead (one lane per block for the float steps); every path
- * computes the same integers and the same float sequence, so the values cannot depend on n.
+ * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. Calls of
+ * one or two tokens on AVX-512 read one row at a time instead (one lane per block for the float steps);
+ * every path computes the same integers and the same float sequence, so the values cannot depend on n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q4_K_H
@@ -32,9 +32,10 @@
 /* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (one sequential weight
  * stream, the fastest read), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
  * (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
- * HYMT_Q4_K_AMX_MIN). Measured: the register tiles cost 1.1x the row-at-a-time read at one token and
- * are cheaper from two (per token a vpdpbusd chain with no horizontal sums). */
-#define HYMT_Q4_K_GEMV_MAX 1
+ * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads: the register tiles take 1.08x the row-at-a-time
+ * kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4 (per token a vpdpbusd chain, no horizontal sums),
+ * and 0.75x the L1-buffer tiles' at 6-8. */
+#define HYMT_Q4_K_GEMV_MAX 2
 #define HYMT_Q4_K_ROWS_MAX 8
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
@@ -327,7 +328,7 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* One token (n <= HYMT_Q4_K_GEMV_MAX): one row at a time (one sequential weight stream). A block's 128
+/* One or two tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time (one sequential weight stream). A block's 128
  * code bytes are rearranged once per row into four vectors V_k with one sub-block per lane across all
  * four: qword m of the permuted Q_k is qword k of 32-byte group m % 4, and lane L of V_k takes the low
  * nibbles of Q_k for L < 8 (sub-block 2(L/2)) and the high ones for L >= 8 (sub-block 2((L-8)/2) + 1);
@@ -433,10 +434,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_gemv_avx512(const uint8_t *w, size
         hymt_q4_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride);                       \
     }
 HYMT_Q4_K_GEMV(1)
+HYMT_Q4_K_GEMV(2)
 #undef HYMT_Q4_K_GEMV
 typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                   size_t act_stride, int64_t nb, float *y, int64_t y_stride);
-static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1};
+static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2};
 
 /* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWS_MAX): tiles of 16 rows, one lane per row, decoded
  * once per block for every token of the call, the code vectors made in registers as they are used (no
