@@ -513,6 +513,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rowscales_avx512(const uint8_t *bl
  * and how far ahead of the copy its source is prefetched into L2. */
 #define HYMT_Q4_K_SLICE 576
 #define HYMT_Q4_K_STAGE_PREFETCH 2048
+/* A range's first tile is read in place, its rows prefetched this many blocks ahead (the gate/up product
+ * calls the kernel on 64 rows at a time, so a quarter of its tiles are first tiles: measured 5 % faster
+ * at 4 tokens than without, as fast as staging it first). */
+#define HYMT_Q4_K_INPLACE_AHEAD 2
 
 /* Bytes [lo, lo + HYMT_Q4_K_SLICE) of src to dst (dst 64-byte aligned at lo). A whole tile of nb blocks
  * is 16 · 144 · nb = 4 · nb slices, one after each group of its nb block steps. */
@@ -606,10 +610,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
         __m512 acc[HYMT_Q4_K_ROWS_MAX];
         for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
         /* a whole next tile is copied a slice at a time during this one, a partial one (padded) after it */
-        for (int64_t b = 0; b < nb; b++)
+        for (int64_t b = 0; b < nb; b++) {
+            if (tile == 0 && in_place) /* its 16 rows, HYMT_Q4_K_INPLACE_AHEAD blocks ahead, into L1 */
+                for (int i = 0; i < 16; i++)
+                    for (int k = 0; k < HYMT_Q4_K_BYTES; k += 64)
+                        __builtin_prefetch(base + (size_t)i * row_bytes + (size_t)(b + HYMT_Q4_K_INPLACE_AHEAD) *
+                                           HYMT_Q4_K_BYTES + k, 0, 3);
             hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, row_bytes, act + (size_t)b * sizeof(hymt_k8),
                                  act_stride, T, acc, r + 32 <= r1 ? next : NULL, next_src,
                                  (size_t)b * 4 * HYMT_Q4_K_SLICE);
+        }
         if (r + 16 < r1 && r + 32 > r1) hymt_q4_k_stage_tile(next, next_src, row_bytes, (int)(r1 - r - 16));
         const __mmask16 keep = (__mmask16)((1u << rows) - 1);
         for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride + r, keep, acc[t]);
