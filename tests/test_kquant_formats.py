@@ -299,7 +299,7 @@ def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: st
             full = quant.matmul(w, x)
             for t in (0, 1, 7, 18):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
-            # Q4_K: calls of up to 4 tokens take the AVX-512 row-at-a-time path, larger ones the row tiles
+            # Q4_K on AVX-512: 1-2 tokens read row by row, 3-8 take the register row tiles, more the L1 tiles
             for subset in ([18, 3, 1, 16, 17], [5, 9], [2, 11, 4, 6], [0, 12, 13, 14, 15, 7, 8, 10]):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
             for threads in (1, 4):
@@ -372,6 +372,42 @@ def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
             q, k, v = quant.qkv(w, up, w, x)
             np.testing.assert_array_equal(bits(q), bits(full))
             np.testing.assert_array_equal(bits(k), bits(quant.matmul(up, x)))
+    finally:
+        kernels.set_num_threads(previous)
+
+
+@pytest.mark.skipif("avx512" not in ISAS, reason="the Q4_K register row tiles are an AVX-512 kernel")
+def test_q4_k_register_row_tiles_every_range_layout() -> None:
+    """Q4_K with 3-8 tokens on AVX-512 (16-row tiles, the next tile staged while one is computed) equals the
+    scalar reference for every way a range splits into tiles: one partial tile (staged padded), whole tiles
+    (the first read in place, the others staged a slice at a time, one block or several per row) and a
+    partial last tile after whole ones; the fused projections (row ranges of 64) too."""
+    rng = np.random.default_rng(37)
+    previous = kernels.get_num_threads()
+    try:
+        kernels.set_num_threads(1)  # one range = the whole matrix
+        for cols in (256, 768):
+            for rows in (5, 16, 20, 32, 33, 55, 80):
+                w = random_weight("Q4_K", rows, cols, rng)
+                x = activations(8, cols, rng)
+                reference = matmul_isa("scalar", w, x)
+                for n in (3, 5, 8):
+                    np.testing.assert_array_equal(
+                        bits(matmul_isa("avx512", w, x[:n])),
+                        bits(reference[:n]),
+                        err_msg=f"{rows}x{cols}, n = {n}",
+                    )
+        w, up = (random_weight("Q4_K", 200, 512, rng) for _ in range(2))
+        x = activations(3, 512, rng)
+        with kernels.use_isa("avx512"):
+            g = quant.matmul(w, x).astype(np.float64)
+            u = quant.matmul(up, x).astype(np.float64)
+            q, k, _ = quant.qkv(w, up, w, x)
+            silu = quant.gate_up_silu(w, up, x)
+        np.testing.assert_array_equal(bits(q), bits(matmul_isa("scalar", w, x)))
+        np.testing.assert_array_equal(bits(k), bits(matmul_isa("scalar", up, x)))
+        with np.errstate(over="ignore"):
+            assert np.allclose(silu, g / (1.0 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
     finally:
         kernels.set_num_threads(previous)
 

@@ -17,9 +17,9 @@
  * (|A| <= 8·63·32·15·127 < 2^31.) Two float operations per (row, token, block) beyond the conversions,
  * so the SIMD kernels keep one lane per OUTPUT ROW (kquant_common.h, row-lane layout): a tile of 16 rows
  * is decoded once per block and serves every token of the call; the sub-block scales are applied to
- * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. Few-token
- * calls on AVX-512 read one row at a time instead (one lane per block for the float steps); every path
- * computes the same integers and the same float sequence, so the values cannot depend on n.
+ * int16-sized chunk sums with vpdpwssd / pmaddwd / an int32 multiply-accumulate, all exact. Calls of
+ * one or two tokens on AVX-512 read one row at a time instead (one lane per block for the float steps);
+ * every path computes the same integers and the same float sequence, so the values cannot depend on n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q4_K_H
@@ -29,8 +29,14 @@
 #include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
-/* Row-at-a-time AVX-512 path up to this many tokens (measured: from 5 tokens the row tiles are faster) */
-#define HYMT_Q4_K_GEMV_MAX 4
+/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (one sequential weight
+ * stream, the fastest read), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
+ * (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
+ * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads: the register tiles take 1.08x the row-at-a-time
+ * kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4 (per token a vpdpbusd chain, no horizontal sums),
+ * and 0.75x the L1-buffer tiles' at 6-8. */
+#define HYMT_Q4_K_GEMV_MAX 2
+#define HYMT_Q4_K_ROWS_MAX 8
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
 static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
@@ -322,7 +328,7 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
     {hymt_q4_k_dots_2x1, hymt_q4_k_dots_2x2, hymt_q4_k_dots_2x3, hymt_q4_k_dots_2x4, NULL, NULL, NULL, NULL},
 };
 
-/* Few tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time (one sequential weight stream). A block's 128
+/* One or two tokens (n <= HYMT_Q4_K_GEMV_MAX): one row at a time (one sequential weight stream). A block's 128
  * code bytes are rearranged once per row into four vectors V_k with one sub-block per lane across all
  * four: qword m of the permuted Q_k is qword k of 32-byte group m % 4, and lane L of V_k takes the low
  * nibbles of Q_k for L < 8 (sub-block 2(L/2)) and the high ones for L >= 8 (sub-block 2((L-8)/2) + 1);
@@ -429,13 +435,219 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_gemv_avx512(const uint8_t *w, size
     }
 HYMT_Q4_K_GEMV(1)
 HYMT_Q4_K_GEMV(2)
-HYMT_Q4_K_GEMV(3)
-HYMT_Q4_K_GEMV(4)
 #undef HYMT_Q4_K_GEMV
 typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                   size_t act_stride, int64_t nb, float *y, int64_t y_stride);
-static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2,
-                                                                      hymt_q4_k_gemv_3, hymt_q4_k_gemv_4};
+static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2};
+
+/* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWS_MAX): tiles of 16 rows, one lane per row, decoded
+ * once per block for every token of the call, the code vectors made in registers as they are used (no
+ * 4 KiB tile buffer, no horizontal sums). Per block: the 16 row headers (16 bytes each) become four
+ * lane = row vectors by 128-bit inserts and a 4×4 transpose (d|dmin,
+ * scale bytes 0..3, 4..7, 8..11); the codes, 64 bytes per row at a time, by a 16×16 dword transpose
+ * (vector k, lane r = code bytes 4k..4k+3 of row r; stored to L1 between the transposes and their
+ * use), whose low / high nibbles are the code vectors of one sub-block each. Per token and sub-block j a
+ * vpdpbusd chain over its 8 code vectors (activation dwords broadcast from memory) starts at −8·bsum_j
+ * and scales by sc(j) with one vpdpwssd, as in hymt_q4_k_dots_avx512 (the chains of the two sub-blocks
+ * of a 32-byte group run interleaved, so that even one token has two independent chains); then the same
+ * pair products for the 8·sc·bsum put back and B, and the two float steps.
+ * Memory: a tile read block by block is 16 strided streams, which the hardware prefetchers follow badly
+ * (measured: 1.4x the row-at-a-time GEMV's time at one token from DRAM, 1.0x from L2); so the next tile
+ * (16 consecutive rows: one contiguous range) is copied into a staging buffer in memory order, a slice
+ * after each group, while this one is computed from the other buffer: one sequential stream, read like
+ * the GEMV's. A range's first whole tile is read in place (there is nothing to overlap its copy with),
+ * a partial last tile is staged at once, its missing rows repeating the last row (never stored). */
+typedef struct {
+    __m512i sc[8];  /* lane r: the int16 pair (sc(j), 0) of row r */
+    __m512i sc8[4]; /* lane r: 8·sc(2i) | 8·sc(2i+1) << 16 */
+    __m512i mn[4];  /* lane r: m(2i) | m(2i+1) << 16 */
+    __m512 d, ndmin;
+} hymt_q4_k_rowscales;
+
+/* The header vectors of one block of a tile (lane r = row at blk + ro[r]). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rowscales_avx512(const uint8_t *blk, const size_t ro[16],
+                                                               hymt_q4_k_rowscales *hs) {
+    const __m512i k3f = _mm512_set1_epi8(0x3f), k0f = _mm512_set1_epi8(0x0f), k03 = _mm512_set1_epi8(0x03);
+    const __m512i ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0xff0000);
+    /* Z[q] 128-bit lane l = row q + 4l; after the 4×4 transpose lane 4l + q = row 4l + q */
+    __m512i Z[4];
+    for (int q = 0; q < 4; q++) {
+        Z[q] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + ro[q])));
+        for (int l = 1; l < 4; l++)
+            Z[q] = _mm512_inserti32x4(Z[q], _mm_loadu_si128((const __m128i *)(blk + ro[q + 4 * l])), l);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Z[2], Z[3]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+    const __m512i g0 = _mm512_unpacklo_epi64(t0, t2), ga = _mm512_unpackhi_epi64(t0, t2);
+    const __m512i gb = _mm512_unpacklo_epi64(t1, t3), gc = _mm512_unpackhi_epi64(t1, t3);
+    const __m512i sc03 = _mm512_and_si512(ga, k3f);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(gc, k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(ga, 6), k03), 4));
+    const __m512i m03 = _mm512_and_si512(gb, k3f);
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(gc, 4), k0f),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(gb, 6), k03), 4));
+    for (int j = 0; j < 4; j++) {
+        hs->sc[j] = _mm512_and_si512(_mm512_srli_epi32(sc03, 8 * j), ff);
+        hs->sc[4 + j] = _mm512_and_si512(_mm512_srli_epi32(sc47, 8 * j), ff);
+    }
+    for (int i = 0; i < 4; i++)
+        hs->sc8[i] = _mm512_slli_epi32(_mm512_or_si512(hs->sc[2 * i], _mm512_slli_epi32(hs->sc[2 * i + 1], 16)), 3);
+    hs->mn[0] = _mm512_or_si512(_mm512_and_si512(m03, ff), _mm512_and_si512(_mm512_slli_epi32(m03, 8), ff16));
+    hs->mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m03, 16), ff),
+                                _mm512_and_si512(_mm512_srli_epi32(m03, 8), ff16));
+    hs->mn[2] = _mm512_or_si512(_mm512_and_si512(m47, ff), _mm512_and_si512(_mm512_slli_epi32(m47, 8), ff16));
+    hs->mn[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(m47, 16), ff),
+                                _mm512_and_si512(_mm512_srli_epi32(m47, 8), ff16));
+    hs->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0));
+    hs->ndmin = _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g0, 16)))),
+                         _mm512_set1_epi32((int)0x80000000u)));
+}
+
+/* vpdpbusd with the activation dword broadcast from memory ({1to16}): one fused load+dot instead of a
+ * broadcast and a dot (GCC does not fold the broadcast into this instruction by itself). */
+#define HYMT_Q4_K_DPBUSD_BCST(acc, w, p) \
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(p)))
+
+/* Bytes of the next tile copied after each of the 4 groups of a block step: 16 rows × 144 / 4 (9 lines),
+ * and how far ahead of the copy its source is prefetched into L2. */
+#define HYMT_Q4_K_SLICE 576
+#define HYMT_Q4_K_STAGE_PREFETCH 2048
+/* A range's first tile is read in place, its rows prefetched this many blocks ahead (the gate/up product
+ * calls the kernel on 64 rows at a time, so a quarter of its tiles are first tiles: measured 5 % faster
+ * at 4 tokens than without, as fast as staging it first). */
+#define HYMT_Q4_K_INPLACE_AHEAD 2
+
+/* Bytes [lo, lo + HYMT_Q4_K_SLICE) of src to dst (dst 64-byte aligned at lo). A whole tile of nb blocks
+ * is 16 · 144 · nb = 4 · nb slices, one after each group of its nb block steps. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_stage(uint8_t *dst, const uint8_t *src, size_t lo) {
+    for (int k = 0; k < HYMT_Q4_K_SLICE; k += 64) {
+        __builtin_prefetch(src + lo + k + HYMT_Q4_K_STAGE_PREFETCH, 0, 2);
+        _mm512_store_si512((void *)(dst + lo + k), _mm512_loadu_si512((const void *)(src + lo + k)));
+    }
+}
+
+/* rows (1..16) rows of row_bytes from src into a staging tile, rows past the end repeating the last one. */
+static void hymt_q4_k_stage_tile(uint8_t *dst, const uint8_t *src, size_t row_bytes, int rows) {
+    memcpy(dst, src, (size_t)rows * row_bytes);
+    for (int i = rows; i < 16; i++)
+        memcpy(dst + (size_t)i * row_bytes, src + (size_t)(rows - 1) * row_bytes, row_bytes);
+}
+
+/* One block step of a tile (16 rows, row_bytes apart from blk) for T tokens: acc[t] (lane = row) += the
+ * block's float steps. The next tile's 4 slices from next_lo are copied between the groups (none when
+ * next_dst is NULL). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, size_t row_bytes, const uint8_t *a0,
+                                                         size_t act_stride, const int T, __m512 *acc,
+                                                         uint8_t *next_dst, const uint8_t *next_src,
+                                                         size_t next_lo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    size_t ro[16];
+    for (int i = 0; i < 16; i++) ro[i] = (size_t)i * row_bytes;
+    hymt_q4_k_rowscales hs __attribute__((aligned(64)));
+    __m512i tv[16] __attribute__((aligned(64))); /* the transposed codes of one half block, through L1 */
+    hymt_q4_k_rowscales_avx512(blk, ro, &hs);
+    __m512i A[HYMT_Q4_K_ROWS_MAX];
+    for (int t = 0; t < T; t++) A[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i x[16]; /* x[i]: code bytes 64h..64h+63 of row i = groups 2h, 2h+1 */
+        for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512((const void *)(blk + ro[i] + 16 + 64 * h));
+        hymt_transpose16_epi32(x, tv);
+#pragma GCC unroll 2
+        for (int gg = 0; gg < 2; gg++) { /* group 2h + gg: sub-blocks jl (low nibbles), jl + 1 (high) */
+            const int jl = 4 * h + 2 * gg;
+            if (next_dst != NULL) hymt_q4_k_stage(next_dst, next_src, next_lo + (size_t)(jl / 2) * HYMT_Q4_K_SLICE);
+            __m512i cl[HYMT_Q4_K_ROWS_MAX], chh[HYMT_Q4_K_ROWS_MAX]; /* the two chains of each token */
+            for (int t = 0; t < T; t++) {
+                const hymt_k8 *a = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
+                cl[t] = _mm512_set1_epi32(a->nb8[jl]);
+                chh[t] = _mm512_set1_epi32(a->nb8[jl + 1]);
+            }
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) {
+                const __m512i v = _mm512_load_si512((const void *)&tv[8 * gg + e]);
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for (int t = 0; t < T; t++) {
+                    const hymt_k8 *a = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
+                    HYMT_Q4_K_DPBUSD_BCST(cl[t], lo, a->qs + 4 * (8 * jl + e));
+                    HYMT_Q4_K_DPBUSD_BCST(chh[t], hi, a->qs + 4 * (8 * jl + 8 + e));
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                A[t] = _mm512_dpwssd_epi32(A[t], cl[t], hs.sc[jl]);
+                A[t] = _mm512_dpwssd_epi32(A[t], chh[t], hs.sc[jl + 1]);
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const hymt_k8 *a = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
+        __m512i B = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            const __m512i pair = _mm512_set1_epi32(hymt_k8_bsum_pair(a, i));
+            A[t] = _mm512_dpwssd_epi32(A[t], hs.sc8[i], pair);
+            B = _mm512_dpwssd_epi32(B, hs.mn[i], pair);
+        }
+        const __m512 da = _mm512_mul_ps(hs.d, _mm512_cvtepi32_ps(A[t]));
+        const __m512 v = _mm512_fmadd_ps(hs.ndmin, _mm512_cvtepi32_ps(B), da);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a->d), v, acc[t]);
+    }
+}
+
+/* Rows [r0, r1) × T tokens, tiles staged through stage ([2][tile_bytes], 64-byte aligned). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                          const uint8_t *act, size_t act_stride, const int T,
+                                                          int64_t nb, float *y, int64_t y_stride, uint8_t *stage,
+                                                          size_t tile_bytes) {
+    const int in_place = r1 - r0 >= 16; /* the first tile is whole: read it where it is */
+    if (!in_place) hymt_q4_k_stage_tile(stage, w + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0));
+    for (int64_t r = r0, tile = 0; r < r1; r += 16, tile++) {
+        const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+        const uint8_t *base =
+            tile == 0 && in_place ? w + (size_t)r * row_bytes : stage + (size_t)(tile % 2) * tile_bytes;
+        uint8_t *next = stage + (size_t)((tile + 1) % 2) * tile_bytes;
+        const uint8_t *next_src = w + (size_t)(r + 16) * row_bytes;
+        __m512 acc[HYMT_Q4_K_ROWS_MAX];
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        /* a whole next tile is copied a slice at a time during this one, a partial one (padded) after it */
+        for (int64_t b = 0; b < nb; b++) {
+            if (tile == 0 && in_place) /* its 16 rows, HYMT_Q4_K_INPLACE_AHEAD blocks ahead, into L1 */
+                for (int i = 0; i < 16; i++)
+                    for (int k = 0; k < HYMT_Q4_K_BYTES; k += 64)
+                        __builtin_prefetch(base + (size_t)i * row_bytes + (size_t)(b + HYMT_Q4_K_INPLACE_AHEAD) *
+                                           HYMT_Q4_K_BYTES + k, 0, 3);
+            hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, row_bytes, act + (size_t)b * sizeof(hymt_k8),
+                                 act_stride, T, acc, r + 32 <= r1 ? next : NULL, next_src,
+                                 (size_t)b * 4 * HYMT_Q4_K_SLICE);
+        }
+        if (r + 16 < r1 && r + 32 > r1) hymt_q4_k_stage_tile(next, next_src, row_bytes, (int)(r1 - r - 16));
+        const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride + r, keep, acc[t]);
+    }
+}
+
+#define HYMT_Q4_K_ROWS(N)                                                                                   \
+    HYMT_TARGET_AVX512 static void hymt_q4_k_rows_##N(const uint8_t *w, size_t row_bytes, int64_t r0,           \
+                                                      int64_t r1, const uint8_t *act, size_t act_stride,        \
+                                                      int64_t nb, float *y, int64_t y_stride, uint8_t *stage,   \
+                                                      size_t tile_bytes) {                                      \
+        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride, stage, tile_bytes);    \
+    }
+HYMT_Q4_K_ROWS(1)
+HYMT_Q4_K_ROWS(2)
+HYMT_Q4_K_ROWS(3)
+HYMT_Q4_K_ROWS(4)
+HYMT_Q4_K_ROWS(5)
+HYMT_Q4_K_ROWS(6)
+HYMT_Q4_K_ROWS(7)
+HYMT_Q4_K_ROWS(8)
+#undef HYMT_Q4_K_ROWS
+typedef void (*hymt_q4_k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
+                                  size_t act_stride, int64_t nb, float *y, int64_t y_stride, uint8_t *stage,
+                                  size_t tile_bytes);
+static const hymt_q4_k_rows_fn hymt_q4_k_rowfns[HYMT_Q4_K_ROWS_MAX] = {
+    hymt_q4_k_rows_1, hymt_q4_k_rows_2, hymt_q4_k_rows_3, hymt_q4_k_rows_4,
+    hymt_q4_k_rows_5, hymt_q4_k_rows_6, hymt_q4_k_rows_7, hymt_q4_k_rows_8};
 
 /* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
  * once into L1 and every token of the pass runs over them. While a tile is read, the next one
@@ -444,6 +656,15 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
+    if (n > HYMT_Q4_K_GEMV_MAX && n <= HYMT_Q4_K_ROWS_MAX) {
+        const size_t tile_bytes = (16 * row_bytes + 63) / 64 * 64;
+        uint8_t *stage = (uint8_t *)aligned_alloc(64, 2 * tile_bytes); /* [2][tile_bytes] */
+        if (stage != NULL) {
+            hymt_q4_k_rowfns[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride, stage, tile_bytes);
+            free(stage);
+            return;
+        }
+    }
     if (n <= HYMT_Q4_K_GEMV_MAX) {
         hymt_q4_k_gemvs[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
         return;
