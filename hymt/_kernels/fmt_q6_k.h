@@ -5,15 +5,19 @@
  * int8 path (§3.4, activation groups of 256 = one block; kq layout of kquant_common.h). For one row
  * and one token, with s the activation scale of block b's group and q the int8 activations:
  *
- *   acc[16] = 0
- *   for each block b, chunk j = 0..15:
- *       isum_j = Σ_{i<16} q6[16j+i] · q[16j+i]  −  32 · Σ_{i<16} q[16j+i]          (exact int32)
- *       acc[j] = fma((d × f32(sc[j])) × s, f32(isum_j), acc[j])
- *   y = hymt_kq_tree16(acc)
+ *   acc = 0
+ *   for each block b:
+ *       A = Σ_{j<16} sc[j] · Σ_{i<16} (q6[16j+i] − 32) · q[16j+i]                   (exact int32)
+ *       acc = fma(d × s, f32(A), acc)
+ *   y = acc
  *
- * (The scale is rounded as (d × sc) × s rather than (d × s) × sc: d × sc is computed once per block
- * and shared by every token of a tile.) The codes 0..63 are the unsigned operand of vpdpbusd /
- * pmaddubsw; each lane starts from −32 · Σq (prepared once per token), so the lane ends at isum_j.
+ * (|A| <= 16·128·16·32·127 < 2^31.) The sub-scales are applied in exact integer arithmetic, as Q4_K
+ * does, so the kernels may form A however they like: the vector kernels keep one lane per chunk (a
+ * chain of two dot instructions over 8 weights, started at −32·Σq of those 8 activations, ends at
+ * Σ (q6 − 32)·q, |.| <= 8·32·127 = 32512: int16-sized, so vpdpwssd / pmaddwd by the pair (sc, 0)
+ * scales it exactly) and sum the lanes; the AMX tiles (below) multiply the weights with sc folded in.
+ * Every path forms the same A and runs the same two float operations, so the values cannot depend on n
+ * or on the path.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q6_K_H
@@ -61,17 +65,19 @@ static float hymt_row_dot_f32_q6_k(const uint8_t *row, const float *x, int64_t c
     return total;
 }
 
+/* int8 path, scalar reference: the definition above, row by row, tokens in tiles (the tiling does not
+ * change any value: each (row, token) runs the same sequence over the blocks). */
 static void hymt_gemm_q6_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                   const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y,
                                   int64_t y_stride) {
     const int64_t nb = cols / 256;
     uint8_t codes[256];
-    float acc[HYMT_KQ_SCALAR_TILE][16]; /* [token][chunk lane] */
+    float acc[HYMT_KQ_SCALAR_TILE]; /* [token] */
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_SCALAR_TILE) {
             int64_t tt = n - t0 < HYMT_KQ_SCALAR_TILE ? n - t0 : HYMT_KQ_SCALAR_TILE;
-            memset(acc, 0, sizeof acc);
+            for (int64_t t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = row + b * HYMT_Q6_K_BYTES;
                 const int8_t *sc = (const int8_t *)(blk + 192);
@@ -79,22 +85,25 @@ static void hymt_gemm_q6_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
                 hymt_q6_k_codes(blk, codes);
                 for (int64_t t = 0; t < tt; t++) {
                     const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)(t0 + t) * act_stride) + b;
+                    int32_t A = 0;
                     for (int j = 0; j < 16; j++) {
-                        int32_t isum = g->nb32[j];
-                        for (int i = 16 * j; i < 16 * j + 16; i++) isum += (int32_t)codes[i] * hymt_kq_act(g->qs, i);
-                        float scale = (d * (float)sc[j]) * g->d;
-                        acc[t][j] = fmaf(scale, (float)isum, acc[t][j]);
+                        int32_t isum = 0;
+                        for (int i = 16 * j; i < 16 * j + 16; i++)
+                            isum += ((int32_t)codes[i] - 32) * hymt_kq_act(g->qs, i);
+                        A += (int32_t)sc[j] * isum;
                     }
+                    acc[t] = fmaf(d * g->d, (float)A, acc[t]);
                 }
             }
-            for (int64_t t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = hymt_kq_tree16(acc[t]);
+            for (int64_t t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }
 
 #if defined(HYMT_X86)
+/* The codes of one block in the kq layout (kquant_common.h): wq[v] byte 4j + e = code of weight 16j + 4v + e. */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, const __m512i s1[4],
-                                                            const __m512i s2[2], __m512i wq[4], __m512 *dsc) {
+                                                            const __m512i s2[2], __m512i wq[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* qh is shared by the two 32-byte halves of a ql vector: plane p needs its bits 2p..2p+1 at 4..5 */
     const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* p=0|1 */
@@ -108,70 +117,231 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, 
                                                  _mm512_srlv_epi16(qh, shr_hi), m30, 0xF8);
     }
     hymt_kq_transpose_avx512(s1, s2, n[0], n[1], n[2], n[3], wq);
-    __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
-    *dsc = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 208))), sc);
 }
 
-/* One row × the tokens [0, tt) of a token tile, over all blocks; acc [tt]. The path for few tokens
- * (n < HYMT_KQ_BATCH_MIN), where streaming the weights dominates: one sequential stream per thread. */
-HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const hymt_kq8 *a0, size_t act_stride, int tt,
+/* Lane j: the int16 pair (sc[j], 0) of the block, the multiplier of a chunk's int16-sized partial sums. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_scales_avx512(const uint8_t *blk) {
+    return _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))),
+                            _mm512_set1_epi32(0xffff));
+}
+
+/* One block of one (row, token): lane j = sc[j] · Σ (q6 − 32)·q over chunk j (two 8-weight chains). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_lanes_avx512(const __m512i wq[4], __m512i sc, const hymt_kq8 *g) {
+    __m512i lo = _mm512_loadu_si512((const void *)g->nb32[0]), hi = _mm512_loadu_si512((const void *)g->nb32[1]);
+    lo = _mm512_dpbusd_epi32(lo, wq[0], _mm512_loadu_si512((const void *)g->qs));
+    hi = _mm512_dpbusd_epi32(hi, wq[2], _mm512_loadu_si512((const void *)(g->qs + 128)));
+    lo = _mm512_dpbusd_epi32(lo, wq[1], _mm512_loadu_si512((const void *)(g->qs + 64)));
+    hi = _mm512_dpbusd_epi32(hi, wq[3], _mm512_loadu_si512((const void *)(g->qs + 192)));
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, sc), hi, sc);
+}
+
+/* Horizontal sums of 8 int32 vectors: lane i (< 8) of the result = Σ of the lanes of v[i] (exact; the
+ * first three stages of hymt_kq_hsum16's tree, for rows of up to 8 blocks). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_hsum8(const __m512i v[8]) {
+    __m512i a[4], b[2];
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; i++) /* 128-bit lane l: partial sums of v4i .. v4i+3 */
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x44), _mm512_shuffle_i32x4(b[0], b[1], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c, c, 0x88), _mm512_shuffle_i32x4(c, c, 0xDD));
+}
+
+/* A of blocks 0 .. kn − 1 from their lane vectors av[kb] (lane kb of the result). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_block_sums(const __m512i av[16], int kn) {
+    return kn <= 8 ? hymt_q6_k_hsum8(av) : hymt_kq_hsum16(av);
+}
+
+/* Few tokens: one row at a time (one sequential weight stream per thread), tokens [0, tt) of a token
+ * tile; acc [tt]. Blocks go in groups of up to 16 whose lane vectors (av [tt][16]) are summed together. */
+HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride, int tt,
                                                     int64_t nb, const __m512i s1[4], const __m512i s2[2],
-                                                    __m512 *acc) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = row + b * HYMT_Q6_K_BYTES;
-        hymt_kq_prefetch(blk);
-        __m512i wq[4];
-        __m512 dsc;
-        hymt_q6_k_unpack_avx512(blk, s1, s2, wq, &dsc);
-        const hymt_kq8 *g = a0 + b;
-        for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-            __m512i isum = _mm512_loadu_si512((const void *)g->nb32);
-            for (int v = 0; v < 4; v++)
-                isum = _mm512_dpbusd_epi32(isum, wq[v], _mm512_loadu_si512((const void *)(g->qs + 64 * v)));
-            __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(g->d));
-            acc[t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[t]);
+                                                    __m512i (*av)[16], float *acc) {
+    int32_t as[16] __attribute__((aligned(64)));
+    float dd[16];
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        for (int kb = 0; kb < kn; kb++) {
+            const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
+            hymt_kq_prefetch(blk);
+            __m512i wq[4];
+            hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
+            const __m512i sc = hymt_q6_k_scales_avx512(blk);
+            dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
+            const hymt_kq8 *g = (const hymt_kq8 *)a0 + b0 + kb;
+            for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride))
+                av[t][kb] = hymt_q6_k_lanes_avx512(wq, sc, g);
+        }
+        for (int t = 0; t < tt; t++) {
+            _mm512_store_si512((void *)as, hymt_q6_k_block_sums(av[t], kn));
+            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, (float)as[kb], acc[t]);
         }
     }
 }
+
+/* Batched AVX-512 path without tiles (n >= HYMT_Q6_K_BATCH_MIN, AMX off or absent): each row is unpacked
+ * ONCE into this form (a per-thread scratch of HYMT_Q6_K_PANEL rows), then register tiles of BR rows × BT
+ * tokens run over it: per block and code vector v, BR weight loads and BT activation loads feed BR·BT
+ * vpdpbusd. Each (row, token)'s lane vectors of up to 16 blocks wait in a scratch and are summed together. */
+#define HYMT_Q6_K_BATCH_MIN 8
+#define HYMT_Q6_K_BR 3
+#define HYMT_Q6_K_BT 4
+#define HYMT_Q6_K_PANEL (4 * HYMT_Q6_K_BR)
+
+/* Loads are the scarce resource of the tile (about one 64-byte load per cycle here): keep a loaded
+ * vector in a register for all its uses instead of letting the compiler fold one load into each. */
+#define HYMT_Q6_K_IN_REGISTER(v) __asm__("" : "+v"(v))
+
+typedef struct {
+    __m512i wq[4]; /* codes, kq layout */
+    __m512i sc;    /* lane j: the int16 pair (sc[j], 0) */
+} hymt_q6_k_unpacked;
+
+/* Rows [0, R) of u ([R][nb]; d [R][nb] their block scales) × tokens [0, T) from act; y points at (token 0,
+ * row 0) of the tile. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_tile_avx512(const hymt_q6_k_unpacked *u, const float *d, int64_t nb,
+                                                          const uint8_t *act, size_t act_stride, float *y,
+                                                          int64_t y_stride, const int R, const int T) {
+    __m512i av[HYMT_Q6_K_BR][HYMT_Q6_K_BT][16]; /* [row][token][block of the group] lane vectors */
+    int32_t as[16] __attribute__((aligned(64)));
+    float acc[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        for (int kb = 0; kb < kn; kb++) {
+            const int64_t b = b0 + kb;
+            const hymt_kq8 *g[HYMT_Q6_K_BT];
+            for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
+            __m512i A[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) A[r][t] = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                __m512i ch[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
+                for (int t = 0; t < T; t++) {
+                    __m512i start = _mm512_loadu_si512((const void *)g[t]->nb32[h]);
+                    HYMT_Q6_K_IN_REGISTER(start);
+                    for (int r = 0; r < R; r++) ch[r][t] = start;
+                }
+                for (int v = 2 * h; v < 2 * h + 2; v++) {
+                    __m512i wv[HYMT_Q6_K_BR];
+                    for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
+                    for (int t = 0; t < T; t++) {
+                        __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
+                        HYMT_Q6_K_IN_REGISTER(a);
+                        for (int r = 0; r < R; r++) ch[r][t] = _mm512_dpbusd_epi32(ch[r][t], wv[r], a);
+                    }
+                }
+                for (int r = 0; r < R; r++) {
+                    const __m512i sc = _mm512_load_si512((const void *)&u[r * nb + b].sc);
+                    for (int t = 0; t < T; t++)
+                        A[r][t] = _mm512_dpwssd_epi32(A[r][t], ch[r][t], sc);
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) av[r][t][kb] = A[r][t];
+        }
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) {
+                _mm512_store_si512((void *)as, hymt_q6_k_block_sums(av[r][t], kn));
+                const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b0;
+                const float *dr = d + r * nb + b0;
+                for (int kb = 0; kb < kn; kb++) acc[r][t] = fmaf(dr[kb] * g[kb].d, (float)as[kb], acc[r][t]);
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * y_stride + r] = acc[r][t];
+}
+
+typedef void (*hymt_q6_k_tile_fn)(const hymt_q6_k_unpacked *u, const float *d, int64_t nb, const uint8_t *act,
+                                  size_t act_stride, float *y, int64_t y_stride);
+
+#define HYMT_Q6_K_TILE(R, T)                                                                                  \
+    HYMT_TARGET_AVX512 static void hymt_q6_k_tile_##R##x##T(const hymt_q6_k_unpacked *u, const float *d,     \
+                                                            int64_t nb, const uint8_t *act, size_t act_stride, \
+                                                            float *y, int64_t y_stride) {                     \
+        hymt_q6_k_tile_avx512(u, d, nb, act, act_stride, y, y_stride, R, T);                                  \
+    }
+HYMT_Q6_K_TILE(1, 1)
+HYMT_Q6_K_TILE(1, 2)
+HYMT_Q6_K_TILE(1, 3)
+HYMT_Q6_K_TILE(1, 4)
+HYMT_Q6_K_TILE(2, 1)
+HYMT_Q6_K_TILE(2, 2)
+HYMT_Q6_K_TILE(2, 3)
+HYMT_Q6_K_TILE(2, 4)
+HYMT_Q6_K_TILE(3, 1)
+HYMT_Q6_K_TILE(3, 2)
+HYMT_Q6_K_TILE(3, 3)
+HYMT_Q6_K_TILE(3, 4)
+#undef HYMT_Q6_K_TILE
+
+/* [R - 1][T - 1] */
+static const hymt_q6_k_tile_fn hymt_q6_k_tiles[HYMT_Q6_K_BR][HYMT_Q6_K_BT] = {
+    {hymt_q6_k_tile_1x1, hymt_q6_k_tile_1x2, hymt_q6_k_tile_1x3, hymt_q6_k_tile_1x4},
+    {hymt_q6_k_tile_2x1, hymt_q6_k_tile_2x2, hymt_q6_k_tile_2x3, hymt_q6_k_tile_2x4},
+    {hymt_q6_k_tile_3x1, hymt_q6_k_tile_3x2, hymt_q6_k_tile_3x3, hymt_q6_k_tile_3x4},
+};
 
 HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     __m512i s1[4], s2[2];
     hymt_kq_perms_avx512(s1, s2);
-
     const int64_t nb = cols / 256;
-    if (n >= HYMT_KQ_BATCH_MIN) {
-        /* u: [HYMT_KQ_PANEL][nb] rows unpacked once for all n tokens */
-        hymt_kq_unpacked *u = (hymt_kq_unpacked *)aligned_alloc(64, (size_t)HYMT_KQ_PANEL * nb * sizeof *u);
-        if (u != NULL) {
-            for (int64_t r = r0; r < r1; r += HYMT_KQ_PANEL) {
-                const int R = r1 - r < HYMT_KQ_PANEL ? (int)(r1 - r) : HYMT_KQ_PANEL;
+    if (n >= HYMT_Q6_K_BATCH_MIN) {
+        /* u: [HYMT_Q6_K_PANEL][nb] rows unpacked once for all n tokens, d: [HYMT_Q6_K_PANEL][nb] */
+        hymt_q6_k_unpacked *u =
+            (hymt_q6_k_unpacked *)aligned_alloc(64, (size_t)HYMT_Q6_K_PANEL * nb * sizeof *u);
+        float *d = (float *)malloc((size_t)HYMT_Q6_K_PANEL * nb * sizeof *d);
+        if (u != NULL && d != NULL) {
+            for (int64_t r = r0; r < r1; r += HYMT_Q6_K_PANEL) {
+                const int R = r1 - r < HYMT_Q6_K_PANEL ? (int)(r1 - r) : HYMT_Q6_K_PANEL;
                 for (int i = 0; i < R; i++)
                     for (int64_t b = 0; b < nb; b++) {
                         const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
                         hymt_kq_prefetch(blk);
-                        hymt_q6_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq, &u[i * nb + b].dsc);
+                        hymt_q6_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq);
+                        u[i * nb + b].sc = hymt_q6_k_scales_avx512(blk);
+                        d[i * nb + b] = _cvtsh_ss(hymt_load_u16(blk + 208));
                     }
-                hymt_kq_panel_avx512(u, R, nb, act, act_stride, n, y + r, y_stride);
+                /* token tiles outside, row tiles inside: a tile's activations stay in L1 while every row
+                 * tile of the panel uses them */
+                for (int64_t t = 0; t < n; t += HYMT_Q6_K_BT) {
+                    const int T = n - t < HYMT_Q6_K_BT ? (int)(n - t) : HYMT_Q6_K_BT;
+                    for (int i = 0; i < R; i += HYMT_Q6_K_BR) {
+                        const int Ri = R - i < HYMT_Q6_K_BR ? R - i : HYMT_Q6_K_BR;
+                        hymt_q6_k_tiles[Ri - 1][T - 1](u + (size_t)i * nb, d + (size_t)i * nb, nb,
+                                                       act + (size_t)t * act_stride, act_stride,
+                                                       y + t * y_stride + r + i, y_stride);
+                    }
+                }
             }
             free(u);
+            free(d);
             return;
         }
+        free(u);
+        free(d);
     }
-    __m512 acc[HYMT_KQ_TT]; /* [token] 16 chunk lanes */
+    __m512i av[HYMT_KQ_TT][16]; /* [token][block of the group] */
+    float acc[HYMT_KQ_TT];      /* [token] */
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int t = 0; t < tt; t++) acc[t] = _mm512_setzero_ps();
-            const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
-            hymt_q6_k_row_avx512(w + (size_t)r * row_bytes, a0, act_stride, tt, nb, s1, s2, acc);
-            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = hymt_hsum512(acc[t]);
+            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
+            hymt_q6_k_row_avx512(w + (size_t)r * row_bytes, act + (size_t)t0 * act_stride, act_stride, tt, nb, s1,
+                                 s2, av, acc);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }
 
-HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q6_k_unpack_avx2(const uint8_t *blk, __m256i wq[4][2], __m256 dsc[2]) {
+/* AVX2 form of the codes (kq layout, wq[v][h] = lanes 8h..8h+7 of vector v). */
+HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q6_k_unpack_avx2(const uint8_t *blk, __m256i wq[4][2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256i nat[8]; /* chunk pairs (0,1), (2,3), ..., (14,15) */
     for (int c = 0; c < 2; c++) {
@@ -185,63 +355,68 @@ HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q6_k_unpack_avx2(const uint8_t *blk, __m2
                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
     }
     hymt_kq_transpose_avx2(nat, wq);
-    __m256 d = _mm256_set1_ps(_cvtsh_ss(hymt_load_u16(blk + 208)));
-    __m128i sc = _mm_loadu_si128((const __m128i *)(blk + 192));
-    dsc[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-    dsc[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
 }
 
+/* AVX2: row tiles of hymt_kq_row_tile(n) rows × HYMT_KQ_TT tokens share one pass over the blocks. Per
+ * lane j (chunk j) and 8 weights, pmaddubsw of two code vectors gives words of 4 products (<= 4·63·127,
+ * int16-sized), pmaddwd by (sc[j], sc[j]) scales them into int32; the −32 offset enters as
+ * sc[j] × (−32·Σq of the chunk), an int32 product. */
 HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                  float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[HYMT_KQ_RT][HYMT_KQ_TT][2]; /* [row][token][lanes 0-7 | 8-15] */
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    float acc[HYMT_KQ_RT][HYMT_KQ_TT]; /* [row][token] */
     const int rt_max = hymt_kq_row_tile(n);
     for (int64_t r = r0; r < r1; r += rt_max) {
         const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
             for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+                for (int t = 0; t < tt; t++) acc[i][t] = 0.0f;
             const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
             for (int64_t b = 0; b < nb; b++) {
                 for (int i = 0; i < rt; i++) {
                     const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
                     hymt_kq_prefetch(blk);
-                    __m256i wq[4][2];
-                    __m256 dsc[2];
-                    hymt_q6_k_unpack_avx2(blk, wq, dsc);
+                    __m256i wq[4][2], sc32[2], scp[2]; /* [h]: sc[8h + k] in lane k, as int32 and as (sc, sc) */
+                    hymt_q6_k_unpack_avx2(blk, wq);
+                    const __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+                    sc32[0] = _mm256_cvtepi8_epi32(s8);
+                    sc32[1] = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
+                    for (int h = 0; h < 2; h++)
+                        scp[h] = _mm256_or_si256(_mm256_and_si256(sc32[h], lo16), _mm256_slli_epi32(sc32[h], 16));
+                    const float d = _cvtsh_ss(hymt_load_u16(blk + 208));
                     const hymt_kq8 *g = a0 + b;
                     for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-                        const __m256 s = _mm256_set1_ps(g->d);
+                        __m256i Av = _mm256_setzero_si256();
                         for (int h = 0; h < 2; h++) {
-                            /* |code·q + code·q| <= 2·63·127 = 16002: the sum of two vectors still fits int16 */
-                            __m256i isum = _mm256_loadu_si256((const __m256i *)(g->nb32 + 8 * h));
+                            const __m256i offset = _mm256_add_epi32(
+                                _mm256_loadu_si256((const __m256i *)(g->nb32[0] + 8 * h)),
+                                _mm256_loadu_si256((const __m256i *)(g->nb32[1] + 8 * h)));
+                            Av = _mm256_add_epi32(Av, _mm256_mullo_epi32(offset, sc32[h]));
                             for (int v = 0; v < 4; v += 2) {
                                 __m256i q0 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 32 * h));
                                 __m256i q1 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 64 + 32 * h));
                                 __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wq[v][h], q0),
                                                              _mm256_maddubs_epi16(wq[v + 1][h], q1));
-                                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
+                                Av = _mm256_add_epi32(Av, _mm256_madd_epi16(p, scp[h]));
                             }
-                            __m256 scale = _mm256_mul_ps(dsc[h], s);
-                            acc[i][t][h] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i][t][h]);
                         }
+                        acc[i][t] = fmaf(d * g->d, (float)hymt_kq_hsum8(Av), acc[i][t]);
                     }
                 }
             }
             for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++)
-                    y[(t0 + t) * y_stride + r + i] = hymt_kq_tree16_avx2(acc[i][t][0], acc[i][t][1]);
+                for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r + i] = acc[i][t];
         }
     }
 }
 #endif /* HYMT_X86 */
 
 #if defined(HYMT_ARM64)
-HYMT_TARGET_DOTPROD HYMT_INLINE void hymt_q6_k_unpack_neon(const uint8_t *blk, int8x16_t wq[4][4],
-                                                          float32x4_t dsc[4]) {
+/* NEON form of the codes (kq layout, wq[v][k] = lanes 4k..4k+3 of vector v) and sc[4k..4k+3] as int32. */
+HYMT_TARGET_DOTPROD HYMT_INLINE void hymt_q6_k_unpack_neon(const uint8_t *blk, int8x16_t wq[4][4], int32x4_t sc32[4]) {
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m3 = vdupq_n_u8(3);
     int8x16_t chunk[16];
     for (int c = 0; c < 2; c++) {
@@ -256,17 +431,14 @@ HYMT_TARGET_DOTPROD HYMT_INLINE void hymt_q6_k_unpack_neon(const uint8_t *blk, i
         }
     }
     hymt_kq_transpose_neon(chunk, wq);
-    float32x4_t d = vdupq_n_f32(hymt_fp16_to_f32(hymt_load_u16(blk + 208)));
-    int16x8_t sc16[2];
     int8x16_t sc = vld1q_s8((const int8_t *)(blk + 192));
-    sc16[0] = vmovl_s8(vget_low_s8(sc));
-    sc16[1] = vmovl_s8(vget_high_s8(sc));
-    for (int k = 0; k < 4; k++) {
-        int32x4_t s32 = (k & 1) ? vmovl_s16(vget_high_s16(sc16[k / 2])) : vmovl_s16(vget_low_s16(sc16[k / 2]));
-        dsc[k] = vmulq_f32(d, vcvtq_f32_s32(s32));
-    }
+    const int16x8_t sc16[2] = {vmovl_s8(vget_low_s8(sc)), vmovl_s8(vget_high_s8(sc))};
+    for (int k = 0; k < 4; k++)
+        sc32[k] = (k & 1) ? vmovl_s16(vget_high_s16(sc16[k / 2])) : vmovl_s16(vget_low_s16(sc16[k / 2]));
 }
 
+/* Lane j: SDOT chain over chunk j's 16 weights started at −32·Σq (|.| <= 16·32·127), times sc[j] by an
+ * exact int32 multiply-accumulate; A is the sum of the lanes. */
 HYMT_TARGET_DOTPROD static void hymt_gemm_q6_k_dotprod(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                        const uint8_t *act, size_t act_stride, int64_t n,
                                                        int64_t cols, float *y, int64_t y_stride) {
@@ -275,26 +447,26 @@ HYMT_TARGET_DOTPROD static void hymt_gemm_q6_k_dotprod(const uint8_t *w, size_t 
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            float32x4_t acc[HYMT_KQ_TT][4]; /* [token][lanes 4k..4k+3] */
-            for (int t = 0; t < tt; t++)
-                for (int k = 0; k < 4; k++) acc[t][k] = vdupq_n_f32(0.0f);
+            float acc[HYMT_KQ_TT]; /* [token] */
+            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int8x16_t wq[4][4];
-                float32x4_t dsc[4];
+                int32x4_t sc32[4];
                 hymt_kq_prefetch(row + b * HYMT_Q6_K_BYTES);
-                hymt_q6_k_unpack_neon(row + b * HYMT_Q6_K_BYTES, wq, dsc);
+                hymt_q6_k_unpack_neon(row + b * HYMT_Q6_K_BYTES, wq, sc32);
+                const float d = hymt_fp16_to_f32(hymt_load_u16(row + b * HYMT_Q6_K_BYTES + 208));
                 for (int t = 0; t < tt; t++) {
                     const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)(t0 + t) * act_stride) + b;
-                    const float32x4_t s = vdupq_n_f32(g->d);
+                    int32x4_t Av = vdupq_n_s32(0);
                     for (int k = 0; k < 4; k++) {
-                        int32x4_t isum = vld1q_s32(g->nb32 + 4 * k);
+                        int32x4_t isum = vaddq_s32(vld1q_s32(g->nb32[0] + 4 * k), vld1q_s32(g->nb32[1] + 4 * k));
                         for (int v = 0; v < 4; v++) isum = vdotq_s32(isum, wq[v][k], vld1q_s8(g->qs + 64 * v + 16 * k));
-                        acc[t][k] = vfmaq_f32(acc[t][k], vmulq_f32(dsc[k], s), vcvtq_f32_s32(isum));
+                        Av = vmlaq_s32(Av, isum, sc32[k]);
                     }
+                    acc[t] = fmaf(d * g->d, (float)vaddvq_s32(Av), acc[t]);
                 }
             }
-            for (int t = 0; t < tt; t++)
-                y[(t0 + t) * y_stride + r] = hymt_kq_tree16_neon(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
         }
     }
 }
