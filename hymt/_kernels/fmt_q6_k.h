@@ -183,6 +183,56 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const ui
     }
 }
 
+/* Up to HYMT_Q6_K_GEMV_MAX tokens: one row at a time (one sequential weight stream), blocks in groups of 8
+ * whose lane vectors stay in registers, summed by hymt_q6_k_hsum8; the float steps of a group run with one
+ * lane per block (d, d × s and f32(A) as vectors: the same operations), then the sequential fma. acc [T].
+ * (Measured: n = 1 as fast as the old chunk-lane kernel, where lane vectors kept in memory were 40 %
+ * slower; with 3-4 tokens, groups of 4 blocks in registers were slower than hymt_q6_k_row_avx512.) */
+#define HYMT_Q6_K_GEMV_MAX 2
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
+                                                          int64_t nb, const __m512i s1[4], const __m512i s2[2],
+                                                          float *acc, const int T) {
+    float ds[HYMT_Q6_K_GEMV_MAX][8], af[HYMT_Q6_K_GEMV_MAX][8], sv[8];
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        __m512i av[HYMT_Q6_K_GEMV_MAX][8];
+        uint16_t dh[8] = {0}; /* fp16 d of the group's blocks */
+#pragma GCC unroll 8
+        for (int kb = 0; kb < 8; kb++) {
+            if (kb < kn) {
+                const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
+                hymt_kq_prefetch(blk);
+                __m512i wq[4];
+                hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
+                const __m512i sc = hymt_q6_k_scales_avx512(blk);
+                dh[kb] = hymt_load_u16(blk + 208);
+                for (int t = 0; t < T; t++)
+                    av[t][kb] = hymt_q6_k_lanes_avx512(wq, sc, (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb);
+            } else {
+                for (int t = 0; t < T; t++) av[t][kb] = _mm512_setzero_si512();
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+        for (int t = 0; t < T; t++) {
+            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
+            for (int kb = 0; kb < 8; kb++) sv[kb] = kb < kn ? g[kb].d : 0.0f;
+            _mm256_storeu_ps(ds[t], _mm256_mul_ps(d, _mm256_loadu_ps(sv)));
+            _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(_mm512_castsi512_si256(hymt_q6_k_hsum8(av[t]))));
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(ds[t][kb], af[t][kb], acc[t]);
+        }
+    }
+}
+
+HYMT_TARGET_AVX512 static void hymt_q6_k_gemv1_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
+                                                      int64_t nb, const __m512i s1[4], const __m512i s2[2], float *acc) {
+    hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, acc, 1);
+}
+
+HYMT_TARGET_AVX512 static void hymt_q6_k_gemv2_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
+                                                      int64_t nb, const __m512i s1[4], const __m512i s2[2], float *acc) {
+    hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, acc, 2);
+}
+
 /* Batched AVX-512 path without tiles (n >= HYMT_Q6_K_BATCH_MIN, AMX off or absent): each row is unpacked
  * ONCE into this form (a per-thread scratch of HYMT_Q6_K_PANEL rows), then register tiles of BR rows × BT
  * tokens run over it: per block and code vector v, BR weight loads and BT activation loads feed BR·BT
@@ -330,6 +380,17 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
     }
     __m512i av[HYMT_KQ_TT][16]; /* [token][block of the group] */
     float acc[HYMT_KQ_TT];      /* [token] */
+    if (n <= HYMT_Q6_K_GEMV_MAX) {
+        for (int64_t r = r0; r < r1; r++) {
+            acc[0] = acc[1] = 0.0f;
+            if (n == 1)
+                hymt_q6_k_gemv1_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+            else
+                hymt_q6_k_gemv2_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+            for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
             const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
@@ -503,7 +564,7 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * each load of the W operands, which also gives the tile unit four independent accumulators (measured:
  * 2.1× faster at n = 64 than one token tile at a time with two alternating accumulator pairs). Below
  * HYMT_Q6_K_AMX_MIN tokens the per-block decode costs more than the tiles save. */
-#define HYMT_Q6_K_AMX_MIN 4
+#define HYMT_Q6_K_AMX_MIN 6
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256
 
