@@ -160,25 +160,27 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_block_sums(const __m512i av[16]
 HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride, int tt,
                                                     int64_t nb, const __m512i s1[4], const __m512i s2[2],
                                                     __m512i (*av)[16], float *acc) {
-    int32_t as[16] __attribute__((aligned(64)));
-    float dd[16];
+    float dd[16], af[16];
     for (int64_t b0 = 0; b0 < nb; b0 += 16) {
         const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        uint16_t dh[16] = {0}; /* fp16 d of the group's blocks */
         for (int kb = 0; kb < kn; kb++) {
             const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
             hymt_kq_prefetch(blk);
             __m512i wq[4];
             hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
             const __m512i sc = hymt_q6_k_scales_avx512(blk);
-            dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
+            dh[kb] = hymt_load_u16(blk + 208);
             const hymt_kq8 *g = (const hymt_kq8 *)a0 + b0 + kb;
             for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride))
                 av[t][kb] = hymt_q6_k_lanes_avx512(wq, sc, g);
         }
+        /* d and f32(A) with one lane per block (the same conversions), then the sequential steps */
+        _mm512_storeu_ps(dd, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
         for (int t = 0; t < tt; t++) {
-            _mm512_store_si512((void *)as, hymt_q6_k_block_sums(av[t], kn));
             const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
-            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, (float)as[kb], acc[t]);
+            _mm512_storeu_ps(af, _mm512_cvtepi32_ps(hymt_q6_k_block_sums(av[t], kn)));
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[kb], acc[t]);
         }
     }
 }
@@ -192,7 +194,7 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const ui
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
                                                           int64_t nb, const __m512i s1[4], const __m512i s2[2],
                                                           float *acc, const int T) {
-    float ds[HYMT_Q6_K_GEMV_MAX][8], af[HYMT_Q6_K_GEMV_MAX][8], sv[8];
+    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8];
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
         __m512i av[HYMT_Q6_K_GEMV_MAX][8];
@@ -212,13 +214,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
                 for (int t = 0; t < T; t++) av[t][kb] = _mm512_setzero_si512();
             }
         }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+        _mm256_storeu_ps(dd, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
         for (int t = 0; t < T; t++) {
             const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
-            for (int kb = 0; kb < 8; kb++) sv[kb] = kb < kn ? g[kb].d : 0.0f;
-            _mm256_storeu_ps(ds[t], _mm256_mul_ps(d, _mm256_loadu_ps(sv)));
             _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(_mm512_castsi512_si256(hymt_q6_k_hsum8(av[t]))));
-            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(ds[t][kb], af[t][kb], acc[t]);
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
         }
     }
 }
