@@ -562,8 +562,10 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * activations are put into the VNNI order of Q once per call (a 16×16 dword transpose per 16 tokens,
  * vector and block; zero columns past n, so nothing is read past the activations). Two token tiles share
  * each load of the W operands, which also gives the tile unit four independent accumulators (measured:
- * 2.1× faster at n = 64 than one token tile at a time with two alternating accumulator pairs). Below
- * HYMT_Q6_K_AMX_MIN tokens the per-block decode costs more than the tiles save. */
+ * 2.1× faster at n = 64 than one token tile at a time with two alternating accumulator pairs). The
+ * decode (~50 cycles per row and block here) sets a floor that does not depend on n: on one hot 1024×2048
+ * matrix, one thread, tiles take ~170 µs for 6..16 tokens where the vector kernels take 160-200 µs at 5-6
+ * tokens and 300+ µs from 8; hence tiles from HYMT_Q6_K_AMX_MIN tokens. */
 #define HYMT_Q6_K_AMX_MIN 6
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256

@@ -38,7 +38,7 @@
  * per-(row, token) accumulators live in a small stack array (L1). The activations of one block for
  * the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming dominates, and
  * one row at a time (a single sequential stream per thread) reads fastest. (The AVX-512 kernels
- * tile differently, see hymt_kq_tile_avx512.) */
+ * tile differently, see fmt_q6_k.h.) */
 #define HYMT_KQ_RT 8
 #define HYMT_KQ_TT 16
 
