@@ -14,10 +14,14 @@
  * (|A| <= 16·128·16·32·127 < 2^31.) The sub-scales are applied in exact integer arithmetic, as Q4_K
  * does, so the kernels may form A however they like: the vector kernels keep one lane per chunk (a
  * chain of two dot instructions over 8 weights, started at −32·Σq of those 8 activations, ends at
- * Σ (q6 − 32)·q, |.| <= 8·32·127 = 32512: int16-sized, so vpdpwssd / pmaddwd by the pair (sc, 0)
- * scales it exactly) and sum the lanes; the AMX tiles (below) multiply the weights with sc folded in.
- * Every path forms the same A and runs the same two float operations, so the values cannot depend on n
- * or on the path.
+ * Σ (q6 − 32)·q, |.| <= 8·32·127 = 32512: int16-sized, so pmaddwd / vpdpwssd by sc scale it exactly)
+ * and sum the lanes; the AMX tiles (below) multiply the weights with sc folded in. Every path forms the
+ * same A and runs the same two float operations, so the values cannot depend on n or on the path.
+ *
+ * Kernels (x86): AVX-512 up to HYMT_Q6_K_GEMV_MAX tokens one row at a time (one sequential weight
+ * stream; A summed per group of 8 blocks), from there row tiles of 16 rows whose A lands with lane =
+ * row, so the float step runs once per 16 rows (hymt_q6_k_rowtiles_avx512), from HYMT_Q6_K_AMX_MIN
+ * tokens AMX tiles when present; AVX2 row tiles of 8 rows for every n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q6_K_H
@@ -150,46 +154,12 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_hsum8(const __m512i v[8]) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c, c, 0x88), _mm512_shuffle_i32x4(c, c, 0xDD));
 }
 
-/* A of blocks 0 .. kn − 1 from their lane vectors av[kb] (lane kb of the result). */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_block_sums(const __m512i av[16], int kn) {
-    return kn <= 8 ? hymt_q6_k_hsum8(av) : hymt_kq_hsum16(av);
-}
-
-/* Few tokens: one row at a time (one sequential weight stream per thread), tokens [0, tt) of a token
- * tile; acc [tt]. Blocks go in groups of up to 16 whose lane vectors (av [tt][16]) are summed together. */
-HYMT_TARGET_AVX512 static void hymt_q6_k_row_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride, int tt,
-                                                    int64_t nb, const __m512i s1[4], const __m512i s2[2],
-                                                    __m512i (*av)[16], float *acc) {
-    float dd[16], af[16];
-    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
-        uint16_t dh[16] = {0}; /* fp16 d of the group's blocks */
-        for (int kb = 0; kb < kn; kb++) {
-            const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
-            hymt_kq_prefetch(blk);
-            __m512i wq[4];
-            hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
-            const __m512i sc = hymt_q6_k_scales_avx512(blk);
-            dh[kb] = hymt_load_u16(blk + 208);
-            const hymt_kq8 *g = (const hymt_kq8 *)a0 + b0 + kb;
-            for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride))
-                av[t][kb] = hymt_q6_k_lanes_avx512(wq, sc, g);
-        }
-        /* d and f32(A) with one lane per block (the same conversions), then the sequential steps */
-        _mm512_storeu_ps(dd, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
-        for (int t = 0; t < tt; t++) {
-            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
-            _mm512_storeu_ps(af, _mm512_cvtepi32_ps(hymt_q6_k_block_sums(av[t], kn)));
-            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[kb], acc[t]);
-        }
-    }
-}
-
 /* Up to HYMT_Q6_K_GEMV_MAX tokens: one row at a time (one sequential weight stream), blocks in groups of 8
  * whose lane vectors stay in registers, summed by hymt_q6_k_hsum8; the float steps of a group run with one
  * lane per block (d, d × s and f32(A) as vectors: the same operations), then the sequential fma. acc [T].
- * (Measured: n = 1 as fast as the old chunk-lane kernel, where lane vectors kept in memory were 40 %
- * slower; with 3-4 tokens, groups of 4 blocks in registers were slower than hymt_q6_k_row_avx512.) */
+ * (Measured on a hot 1024×2048 matrix, one thread: n = 1 0.91-0.97 of the old per-chunk float kernel's
+ * time and 0.8 of the 16-row tiles', whose per-block decode of 16 rows and transpose-add cost more than
+ * they save at one token; n = 2 even with the row tiles.) */
 #define HYMT_Q6_K_GEMV_MAX 2
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
                                                           int64_t nb, const __m512i s1[4], const __m512i s2[2],
@@ -233,172 +203,160 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_gemv2_avx512(const uint8_t *row, const 
     hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, acc, 2);
 }
 
-/* Batched AVX-512 path without tiles (n >= HYMT_Q6_K_BATCH_MIN, AMX off or absent): each row is unpacked
- * ONCE into this form (a per-thread scratch of HYMT_Q6_K_PANEL rows), then register tiles of BR rows × BT
- * tokens run over it: per block and code vector v, BR weight loads and BT activation loads feed BR·BT
- * vpdpbusd. Each (row, token)'s lane vectors of up to 16 blocks wait in a scratch and are summed together. */
-#define HYMT_Q6_K_BATCH_MIN 8
-#define HYMT_Q6_K_BR 3
-#define HYMT_Q6_K_BT 4
-#define HYMT_Q6_K_PANEL (4 * HYMT_Q6_K_BR)
-
+/* Row tiles (lane = output row), for every n on the vector path: 16 rows share each block step, so the
+ * block's integer sum A of (row, token) ends in lane row of one vector and the float step runs on 16 rows
+ * at once. Per row pair (a, b), token and block, after the two int16-sized dot chains per row (lo: vectors
+ * 0-1, hi: 2-3, lane j = chunk j), vpackssdw puts a's and b's lanes side by side as words (exact, no
+ * saturation) and vpmaddwd / vpdpwssd by the pair's sub-scale words applies sc_j and folds two chunks in one
+ * instruction each: 4 operations leave each row's A spread over 8 dwords of one vector (vs 2 per row and
+ * 16 dwords without the pairing). A 16-row transpose-add (hymt_q6_k_rows16) then finishes A with lane =
+ * row: 21 operations per 16 rows, token and block. */
 /* Loads are the scarce resource of the tile (about one 64-byte load per cycle here): keep a loaded
  * vector in a register for all its uses instead of letting the compiler fold one load into each. */
 #define HYMT_Q6_K_IN_REGISTER(v) __asm__("" : "+v"(v))
+#define HYMT_Q6_K_RT_PASS 64 /* tokens per pass over a row tile (float accumulators on the stack: 4 KiB) */
+#define HYMT_Q6_K_RT_TT 16   /* tokens per inner tile (pair vectors on the stack: 8 KiB) */
 
 typedef struct {
-    __m512i wq[4]; /* codes, kq layout */
-    __m512i sc;    /* lane j: the int16 pair (sc[j], 0) */
-} hymt_q6_k_unpacked;
+    __m512i wq[16][4]; /* row i's codes, kq layout */
+    __m512i scp[8];    /* rows 2k, 2k + 1: 128-bit lane L holds the words sc_2k[4L..4L+3], sc_2k+1[4L..4L+3] */
+} hymt_q6_k_rowtile;
 
-/* Rows [0, R) of u ([R][nb]; d [R][nb] their block scales) × tokens [0, T) from act; y points at (token 0,
- * row 0) of the tile. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_tile_avx512(const hymt_q6_k_unpacked *u, const float *d, int64_t nb,
-                                                          const uint8_t *act, size_t act_stride, float *y,
-                                                          int64_t y_stride, const int R, const int T) {
-    __m512i av[HYMT_Q6_K_BR][HYMT_Q6_K_BT][16]; /* [row][token][block of the group] lane vectors */
-    int32_t as[16] __attribute__((aligned(64)));
-    float acc[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
-    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        const int kn = nb - b0 < 16 ? (int)(nb - b0) : 16;
-        for (int kb = 0; kb < kn; kb++) {
-            const int64_t b = b0 + kb;
-            const hymt_kq8 *g[HYMT_Q6_K_BT];
-            for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
-            __m512i A[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) A[r][t] = _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
-                __m512i ch[HYMT_Q6_K_BR][HYMT_Q6_K_BT];
-                for (int t = 0; t < T; t++) {
-                    __m512i start = _mm512_loadu_si512((const void *)g[t]->nb32[h]);
-                    HYMT_Q6_K_IN_REGISTER(start);
-                    for (int r = 0; r < R; r++) ch[r][t] = start;
-                }
-                for (int v = 2 * h; v < 2 * h + 2; v++) {
-                    __m512i wv[HYMT_Q6_K_BR];
-                    for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
-                    for (int t = 0; t < T; t++) {
-                        __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
-                        HYMT_Q6_K_IN_REGISTER(a);
-                        for (int r = 0; r < R; r++) ch[r][t] = _mm512_dpbusd_epi32(ch[r][t], wv[r], a);
-                    }
-                }
-                for (int r = 0; r < R; r++) {
-                    const __m512i sc = _mm512_load_si512((const void *)&u[r * nb + b].sc);
-                    for (int t = 0; t < T; t++)
-                        A[r][t] = _mm512_dpwssd_epi32(A[r][t], ch[r][t], sc);
-                }
-            }
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) av[r][t][kb] = A[r][t];
-        }
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < T; t++) {
-                _mm512_store_si512((void *)as, hymt_q6_k_block_sums(av[r][t], kn));
-                const hymt_kq8 *g = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b0;
-                const float *dr = d + r * nb + b0;
-                for (int kb = 0; kb < kn; kb++) acc[r][t] = fmaf(dr[kb] * g[kb].d, (float)as[kb], acc[r][t]);
-            }
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * y_stride + r] = acc[r][t];
+/* Rows a, b (codes wa, wb; sub-scale words scp) × one token's block g: dword 4L + m of the result holds
+ * part of A of row a (m < 2) or b (m >= 2); the 8 dwords of a row sum to its A. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_pair_avx512(const __m512i wa[4], const __m512i wb[4], __m512i scp,
+                                                             const __m512i q[4], __m512i n0, __m512i n1) {
+    const __m512i la = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n0, wa[0], q[0]), wa[1], q[1]);
+    const __m512i lb = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n0, wb[0], q[0]), wb[1], q[1]);
+    const __m512i ha = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n1, wa[2], q[2]), wa[3], q[3]);
+    const __m512i hb = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n1, wb[2], q[2]), wb[3], q[3]);
+    return _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_packs_epi32(la, lb), scp), _mm512_packs_epi32(ha, hb), scp);
 }
 
-typedef void (*hymt_q6_k_tile_fn)(const hymt_q6_k_unpacked *u, const float *d, int64_t nb, const uint8_t *act,
-                                  size_t act_stride, float *y, int64_t y_stride);
+/* A of 16 rows with lane = row from the 8 pair vectors (exact int32). Stage 1 (vpermt2d by ie / io, an
+ * add): q[i], 128-bit lane L, dword m = the L-th partial sum of row 4i + m; then the two shuffle stages of
+ * hymt_kq_hsum16. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m512i ie, __m512i io) {
+    __m512i q[4], c[2];
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(p[2 * i], ie, p[2 * i + 1]),
+                                _mm512_permutex2var_epi32(p[2 * i], io, p[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2 * i], q[2 * i + 1], 0x44),
+                                _mm512_shuffle_i32x4(q[2 * i], q[2 * i + 1], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xDD));
+}
 
-#define HYMT_Q6_K_TILE(R, T)                                                                                  \
-    HYMT_TARGET_AVX512 static void hymt_q6_k_tile_##R##x##T(const hymt_q6_k_unpacked *u, const float *d,     \
-                                                            int64_t nb, const uint8_t *act, size_t act_stride, \
-                                                            float *y, int64_t y_stride) {                     \
-        hymt_q6_k_tile_avx512(u, d, nb, act, act_stride, y, y_stride, R, T);                                  \
+/* K (1 or 2) row pairs k.. of the tile × tokens [0, T) of one block: p[t][k + i] for i < K. unpack: the
+ * first token tile, which unpacks the rows (and keeps them in u when keep: more tiles follow); else u. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rt_pairs(const uint8_t *const rp[16], int64_t b, const __m512i s1[4],
+                                                       const __m512i s2[2], hymt_q6_k_rowtile *u, int k, int unpack,
+                                                       int keep, const hymt_kq8 *g0, size_t act_stride, int T,
+                                                       __m512i (*p)[8]) {
+    enum { K = 2 };
+    __m512i wq[4][4], sc[2];
+    if (unpack) {
+        __m512i sc32[4];
+        for (int i = 0; i < 2 * K; i++) {
+            const uint8_t *blk = rp[2 * k + i] + b * HYMT_Q6_K_BYTES;
+            hymt_q6_k_unpack_avx512(blk, s1, s2, wq[i]);
+            sc32[i] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        }
+        for (int i = 0; i < K; i++) sc[i] = _mm512_packs_epi32(sc32[2 * i], sc32[2 * i + 1]);
+        if (keep) {
+            for (int i = 0; i < 2 * K; i++)
+                for (int v = 0; v < 4; v++) u->wq[2 * k + i][v] = wq[i][v];
+            for (int i = 0; i < K; i++) u->scp[k + i] = sc[i];
+        }
+    } else {
+        for (int i = 0; i < 2 * K; i++)
+            for (int v = 0; v < 4; v++) wq[i][v] = u->wq[2 * k + i][v];
+        for (int i = 0; i < K; i++) sc[i] = u->scp[k + i];
     }
-HYMT_Q6_K_TILE(1, 1)
-HYMT_Q6_K_TILE(1, 2)
-HYMT_Q6_K_TILE(1, 3)
-HYMT_Q6_K_TILE(1, 4)
-HYMT_Q6_K_TILE(2, 1)
-HYMT_Q6_K_TILE(2, 2)
-HYMT_Q6_K_TILE(2, 3)
-HYMT_Q6_K_TILE(2, 4)
-HYMT_Q6_K_TILE(3, 1)
-HYMT_Q6_K_TILE(3, 2)
-HYMT_Q6_K_TILE(3, 3)
-HYMT_Q6_K_TILE(3, 4)
-#undef HYMT_Q6_K_TILE
+    for (int t = 0; t < T; t++) {
+        const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
+        __m512i q[4];
+        for (int v = 0; v < 4; v++) {
+            q[v] = _mm512_load_si512((const void *)(g->qs + 64 * v));
+            HYMT_Q6_K_IN_REGISTER(q[v]);
+        }
+        __m512i n0 = _mm512_load_si512((const void *)g->nb32[0]);
+        __m512i n1 = _mm512_load_si512((const void *)g->nb32[1]);
+        HYMT_Q6_K_IN_REGISTER(n0);
+        HYMT_Q6_K_IN_REGISTER(n1);
+        for (int i = 0; i < K; i++) p[t][k + i] = hymt_q6_k_pair_avx512(wq[2 * i], wq[2 * i + 1], sc[i], q, n0, n1);
+    }
+}
 
-/* [R - 1][T - 1] */
-static const hymt_q6_k_tile_fn hymt_q6_k_tiles[HYMT_Q6_K_BR][HYMT_Q6_K_BT] = {
-    {hymt_q6_k_tile_1x1, hymt_q6_k_tile_1x2, hymt_q6_k_tile_1x3, hymt_q6_k_tile_1x4},
-    {hymt_q6_k_tile_2x1, hymt_q6_k_tile_2x2, hymt_q6_k_tile_2x3, hymt_q6_k_tile_2x4},
-    {hymt_q6_k_tile_3x1, hymt_q6_k_tile_3x2, hymt_q6_k_tile_3x3, hymt_q6_k_tile_3x4},
-};
+/* Rows [r0, r1) × n tokens in row tiles of 16 (a partial tile repeats its last row, whose outputs are not
+ * stored). Per block step the tile's 16 blocks are unpacked once into u for all tokens of the pass. */
+HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                         const uint8_t *act, size_t act_stride, int64_t n, int64_t nb,
+                                                         float *y, int64_t y_stride) {
+    __m512i s1[4], s2[2];
+    hymt_kq_perms_avx512(s1, s2);
+    int32_t ix[2][16];
+    for (int L = 0; L < 4; L++)
+        for (int m = 0; m < 4; m++) {
+            ix[0][4 * L + m] = 16 * (m / 2) + 4 * L + 2 * (m % 2);
+            ix[1][4 * L + m] = ix[0][4 * L + m] + 1;
+        }
+    const __m512i ie = _mm512_loadu_si512((const void *)ix[0]), io = _mm512_loadu_si512((const void *)ix[1]);
+    hymt_q6_k_rowtile u __attribute__((aligned(64)));
+    __m512i p[HYMT_Q6_K_RT_TT][8]; /* [token of the tile][row pair] */
+    __m512 acc[HYMT_Q6_K_RT_PASS]; /* [token of the pass], lane = row */
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
+        const uint8_t *rp[16];
+        for (int i = 0; i < 16; i++) rp[i] = w + (size_t)(r + (i < rows ? i : rows - 1)) * row_bytes;
+        const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q6_K_RT_PASS) {
+            const int np = n - t0 < HYMT_Q6_K_RT_PASS ? (int)(n - t0) : HYMT_Q6_K_RT_PASS;
+            for (int t = 0; t < np; t++) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                /* the next block of each row into L1, the same block of the next tile into L2 */
+                for (int i = 0; i < 16; i++)
+                    for (int k = 0; k < 256; k += 64) {
+                        __builtin_prefetch(rp[i] + (b + 1) * HYMT_Q6_K_BYTES + k, 0, 3);
+                        __builtin_prefetch(rp[i] + 16 * row_bytes + b * HYMT_Q6_K_BYTES + k, 0, 2);
+                    }
+                uint16_t dh[16]; /* the rows' fp16 d */
+                for (int i = 0; i < 16; i++) dh[i] = hymt_load_u16(rp[i] + b * HYMT_Q6_K_BYTES + 208);
+                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
+                    const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
+                    const hymt_kq8 *g0 = (const hymt_kq8 *)(act + (size_t)(t0 + tt) * act_stride) + b;
+                    for (int k = 0; k < 8; k += 2)
+                        hymt_q6_k_rt_pairs(rp, b, s1, s2, &u, k, tt == 0, np > HYMT_Q6_K_RT_TT, g0, act_stride, T, p);
+                    for (int t = 0; t < T; t++) {
+                        const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
+                        const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
+                        acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(hymt_q6_k_rows16(p[t], ie, io)), acc[tt + t]);
+                    }
+                }
+            }
+            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, acc[t]);
+        }
+    }
+}
 
 HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
-    __m512i s1[4], s2[2];
-    hymt_kq_perms_avx512(s1, s2);
     const int64_t nb = cols / 256;
-    if (n >= HYMT_Q6_K_BATCH_MIN) {
-        /* u: [HYMT_Q6_K_PANEL][nb] rows unpacked once for all n tokens, d: [HYMT_Q6_K_PANEL][nb] */
-        hymt_q6_k_unpacked *u =
-            (hymt_q6_k_unpacked *)aligned_alloc(64, (size_t)HYMT_Q6_K_PANEL * nb * sizeof *u);
-        float *d = (float *)malloc((size_t)HYMT_Q6_K_PANEL * nb * sizeof *d);
-        if (u != NULL && d != NULL) {
-            for (int64_t r = r0; r < r1; r += HYMT_Q6_K_PANEL) {
-                const int R = r1 - r < HYMT_Q6_K_PANEL ? (int)(r1 - r) : HYMT_Q6_K_PANEL;
-                for (int i = 0; i < R; i++)
-                    for (int64_t b = 0; b < nb; b++) {
-                        const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
-                        hymt_kq_prefetch(blk);
-                        hymt_q6_k_unpack_avx512(blk, s1, s2, u[i * nb + b].wq);
-                        u[i * nb + b].sc = hymt_q6_k_scales_avx512(blk);
-                        d[i * nb + b] = _cvtsh_ss(hymt_load_u16(blk + 208));
-                    }
-                /* token tiles outside, row tiles inside: a tile's activations stay in L1 while every row
-                 * tile of the panel uses them */
-                for (int64_t t = 0; t < n; t += HYMT_Q6_K_BT) {
-                    const int T = n - t < HYMT_Q6_K_BT ? (int)(n - t) : HYMT_Q6_K_BT;
-                    for (int i = 0; i < R; i += HYMT_Q6_K_BR) {
-                        const int Ri = R - i < HYMT_Q6_K_BR ? R - i : HYMT_Q6_K_BR;
-                        hymt_q6_k_tiles[Ri - 1][T - 1](u + (size_t)i * nb, d + (size_t)i * nb, nb,
-                                                       act + (size_t)t * act_stride, act_stride,
-                                                       y + t * y_stride + r + i, y_stride);
-                    }
-                }
-            }
-            free(u);
-            free(d);
-            return;
-        }
-        free(u);
-        free(d);
-    }
-    __m512i av[HYMT_KQ_TT][16]; /* [token][block of the group] */
-    float acc[HYMT_KQ_TT];      /* [token] */
-    if (n <= HYMT_Q6_K_GEMV_MAX) {
-        for (int64_t r = r0; r < r1; r++) {
-            acc[0] = acc[1] = 0.0f;
-            if (n == 1)
-                hymt_q6_k_gemv1_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
-            else
-                hymt_q6_k_gemv2_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
-            for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
-        }
+    if (n > HYMT_Q6_K_GEMV_MAX) {
+        hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
+    __m512i s1[4], s2[2];
+    hymt_kq_perms_avx512(s1, s2);
     for (int64_t r = r0; r < r1; r++) {
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
-            const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int t = 0; t < tt; t++) acc[t] = 0.0f;
-            hymt_q6_k_row_avx512(w + (size_t)r * row_bytes, act + (size_t)t0 * act_stride, act_stride, tt, nb, s1,
-                                 s2, av, acc);
-            for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r] = acc[t];
-        }
+        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f}; /* [token] */
+        if (n == 1)
+            hymt_q6_k_gemv1_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+        else
+            hymt_q6_k_gemv2_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+        for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
     }
 }
 
@@ -419,58 +377,111 @@ HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q6_k_unpack_avx2(const uint8_t *blk, __m2
     hymt_kq_transpose_avx2(nat, wq);
 }
 
-/* AVX2: row tiles of hymt_kq_row_tile(n) rows × HYMT_KQ_TT tokens share one pass over the blocks. Per
- * lane j (chunk j) and 8 weights, pmaddubsw of two code vectors gives words of 4 products (<= 4·63·127,
- * int16-sized), pmaddwd by (sc[j], sc[j]) scales them into int32; the −32 offset enters as
- * sc[j] × (−32·Σq of the chunk), an int32 product. */
+/* AVX2: row tiles of 8 rows (lane = output row of the float step, as the AVX-512 row tiles). Per row,
+ * token and block: pmaddubsw of two code vectors gives words of 4 products (<= 4·63·127, int16-sized),
+ * pmaddwd by (sc_j, sc_j) scales them into int32 lanes (lane k of half h: chunk 8h + k), and the −32 code
+ * offset enters as one pmaddwd of the words −32·sc_j with the token's bsum_j (|.| <= 4096 and 2032); the
+ * 8 rows' lane vectors are then summed by one transpose-add (hymt_q6_k_rows8_avx2). */
+typedef struct {
+    __m256i wq[8][4][2]; /* row i's codes, kq layout (hymt_q6_k_unpack_avx2) */
+    __m256i scp[8][2];   /* row i, half h: lane k = the words (sc[8h + k], sc[8h + k]) */
+    __m256i scm[8];      /* row i: words −32·sc[j], j = 0..15 */
+} hymt_q6_k_rowtile_avx2;
+
+HYMT_TARGET_AVX2 HYMT_INLINE void hymt_q6_k_scales_avx2(const uint8_t *blk, __m256i scp[2], __m256i *scm) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+    const __m256i x = _mm256_permute4x64_epi64(s16, 0xD8); /* sc 0-3, 8-11 | 4-7, 12-15 */
+    scp[0] = _mm256_unpacklo_epi16(x, x);
+    scp[1] = _mm256_unpackhi_epi16(x, x);
+    *scm = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-32));
+}
+
+/* A of one row and token for one block, spread over the 8 int32 lanes. */
+HYMT_TARGET_AVX2 HYMT_INLINE __m256i hymt_q6_k_row_avx2(const __m256i wq[4][2], const __m256i scp[2], __m256i scm,
+                                                        const hymt_kq8 *g) {
+    __m256i a = _mm256_madd_epi16(scm, _mm256_loadu_si256((const __m256i *)g->bsum));
+    for (int h = 0; h < 2; h++)
+        for (int v = 0; v < 4; v += 2) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 32 * h));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 64 + 32 * h));
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wq[v][h], q0), _mm256_maddubs_epi16(wq[v + 1][h], q1));
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(p, scp[h]));
+        }
+    return a;
+}
+
+/* Lane i = Σ of the lanes of v[i] (exact). */
+HYMT_TARGET_AVX2 HYMT_INLINE __m256i hymt_q6_k_rows8_avx2(const __m256i v[8]) {
+    __m256i a[4], b[2];
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        b[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm256_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b[0], b[1], 0x20), _mm256_permute2x128_si256(b[0], b[1], 0x31));
+}
+
 HYMT_TARGET_AVX2 static void hymt_gemm_q6_k_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                  const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                  float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    const __m256i lo16 = _mm256_set1_epi32(0xffff);
-    float acc[HYMT_KQ_RT][HYMT_KQ_TT]; /* [row][token] */
-    const int rt_max = hymt_kq_row_tile(n);
-    for (int64_t r = r0; r < r1; r += rt_max) {
-        const int rt = r1 - r < rt_max ? (int)(r1 - r) : rt_max;
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_KQ_TT) {
-            const int tt = n - t0 < HYMT_KQ_TT ? (int)(n - t0) : HYMT_KQ_TT;
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) acc[i][t] = 0.0f;
-            const hymt_kq8 *a0 = (const hymt_kq8 *)(act + (size_t)t0 * act_stride);
+    hymt_q6_k_rowtile_avx2 u __attribute__((aligned(32)));
+    __m256i p[HYMT_Q6_K_RT_TT][8]; /* [token of the tile][row] */
+    __m256 acc[HYMT_Q6_K_RT_PASS]; /* [token of the pass], lane = row */
+    float out[8];
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int rows = r1 - r < 8 ? (int)(r1 - r) : 8;
+        const uint8_t *rp[8]; /* a partial tile repeats its last row (outputs not stored) */
+        for (int i = 0; i < 8; i++) rp[i] = w + (size_t)(r + (i < rows ? i : rows - 1)) * row_bytes;
+        for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q6_K_RT_PASS) {
+            const int np = n - t0 < HYMT_Q6_K_RT_PASS ? (int)(n - t0) : HYMT_Q6_K_RT_PASS;
+            for (int t = 0; t < np; t++) acc[t] = _mm256_setzero_ps();
             for (int64_t b = 0; b < nb; b++) {
-                for (int i = 0; i < rt; i++) {
-                    const uint8_t *blk = w + (size_t)(r + i) * row_bytes + b * HYMT_Q6_K_BYTES;
-                    hymt_kq_prefetch(blk);
-                    __m256i wq[4][2], sc32[2], scp[2]; /* [h]: sc[8h + k] in lane k, as int32 and as (sc, sc) */
-                    hymt_q6_k_unpack_avx2(blk, wq);
-                    const __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
-                    sc32[0] = _mm256_cvtepi8_epi32(s8);
-                    sc32[1] = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
-                    for (int h = 0; h < 2; h++)
-                        scp[h] = _mm256_or_si256(_mm256_and_si256(sc32[h], lo16), _mm256_slli_epi32(sc32[h], 16));
-                    const float d = _cvtsh_ss(hymt_load_u16(blk + 208));
-                    const hymt_kq8 *g = a0 + b;
-                    for (int t = 0; t < tt; t++, g = (const hymt_kq8 *)((const uint8_t *)g + act_stride)) {
-                        __m256i Av = _mm256_setzero_si256();
-                        for (int h = 0; h < 2; h++) {
-                            const __m256i offset = _mm256_add_epi32(
-                                _mm256_loadu_si256((const __m256i *)(g->nb32[0] + 8 * h)),
-                                _mm256_loadu_si256((const __m256i *)(g->nb32[1] + 8 * h)));
-                            Av = _mm256_add_epi32(Av, _mm256_mullo_epi32(offset, sc32[h]));
-                            for (int v = 0; v < 4; v += 2) {
-                                __m256i q0 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 32 * h));
-                                __m256i q1 = _mm256_loadu_si256((const __m256i *)(g->qs + 64 * v + 64 + 32 * h));
-                                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wq[v][h], q0),
-                                                             _mm256_maddubs_epi16(wq[v + 1][h], q1));
-                                Av = _mm256_add_epi32(Av, _mm256_madd_epi16(p, scp[h]));
-                            }
+                uint16_t dh[8];
+                for (int i = 0; i < 8; i++) {
+                    const uint8_t *blk = rp[i] + b * HYMT_Q6_K_BYTES;
+                    for (int k = 0; k < 256; k += 64) {
+                        __builtin_prefetch(blk + HYMT_Q6_K_BYTES + k, 0, 3);
+                        __builtin_prefetch(blk + 8 * row_bytes + k, 0, 2);
+                    }
+                    dh[i] = hymt_load_u16(blk + 208);
+                }
+                const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+                for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
+                    const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
+                    const hymt_kq8 *g0 = (const hymt_kq8 *)(act + (size_t)(t0 + tt) * act_stride) + b;
+                    for (int i = 0; i < 8; i++) {
+                        if (np <= HYMT_Q6_K_RT_TT) { /* one token tile: the row's codes stay in registers */
+                            const uint8_t *blk = rp[i] + b * HYMT_Q6_K_BYTES;
+                            __m256i wq[4][2], scp[2], scm;
+                            hymt_q6_k_unpack_avx2(blk, wq);
+                            hymt_q6_k_scales_avx2(blk, scp, &scm);
+                            for (int t = 0; t < T; t++)
+                                p[t][i] = hymt_q6_k_row_avx2(wq, scp, scm,
+                                                             (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride));
+                            continue;
                         }
-                        acc[i][t] = fmaf(d * g->d, (float)hymt_kq_hsum8(Av), acc[i][t]);
+                        if (tt == 0) { /* the first token tile unpacks the rows for the others */
+                            const uint8_t *blk = rp[i] + b * HYMT_Q6_K_BYTES;
+                            hymt_q6_k_unpack_avx2(blk, u.wq[i]);
+                            hymt_q6_k_scales_avx2(blk, u.scp[i], &u.scm[i]);
+                        }
+                        for (int t = 0; t < T; t++)
+                            p[t][i] = hymt_q6_k_row_avx2(u.wq[i], u.scp[i], u.scm[i],
+                                                         (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride));
+                    }
+                    for (int t = 0; t < T; t++) {
+                        const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
+                        const __m256 ds = _mm256_mul_ps(dv, _mm256_set1_ps(g->d));
+                        acc[tt + t] = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(hymt_q6_k_rows8_avx2(p[t])), acc[tt + t]);
                     }
                 }
             }
-            for (int i = 0; i < rt; i++)
-                for (int t = 0; t < tt; t++) y[(t0 + t) * y_stride + r + i] = acc[i][t];
+            for (int t = 0; t < np; t++) {
+                _mm256_storeu_ps(out, acc[t]);
+                for (int i = 0; i < rows; i++) y[(t0 + t) * y_stride + r + i] = out[i];
+            }
         }
     }
 }
@@ -564,9 +575,9 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * each load of the W operands, which also gives the tile unit four independent accumulators (measured:
  * 2.1× faster at n = 64 than one token tile at a time with two alternating accumulator pairs). The
  * decode (~50 cycles per row and block here) sets a floor that does not depend on n: on one hot 1024×2048
- * matrix, one thread, tiles take ~170 µs for 6..16 tokens where the vector kernels take 160-200 µs at 5-6
- * tokens and 300+ µs from 8; hence tiles from HYMT_Q6_K_AMX_MIN tokens. */
-#define HYMT_Q6_K_AMX_MIN 6
+ * matrix, one thread, tiles take ~200 µs for 3..16 tokens, the vector row tiles 173 µs at 8 tokens and
+ * 219 µs at 12; hence tiles from HYMT_Q6_K_AMX_MIN tokens. */
+#define HYMT_Q6_K_AMX_MIN 12
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256
 

@@ -33,16 +33,9 @@
 /* Token tiles of the scalar references (any size gives the same values; bounds the stack). */
 #define HYMT_KQ_SCALAR_TILE 16
 
-/* Tiles of the AVX2 and NEON kernels: RT rows × TT tokens share one pass over the weight blocks; each
- * block is unpacked once per (row, tile) and its codes stay in registers for all TT tokens; the
- * per-(row, token) accumulators live in a small stack array (L1). The activations of one block for
- * the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming dominates, and
- * one row at a time (a single sequential stream per thread) reads fastest. (The AVX-512 kernels
- * tile differently, see fmt_q6_k.h.) */
-#define HYMT_KQ_RT 8
+/* Token tiles of the Q6_K NEON kernel: TT tokens share each unpacked block of a row (the x86 kernels tile
+ * rows and tokens, see fmt_q6_k.h). */
 #define HYMT_KQ_TT 16
-
-static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
 
 /* Software prefetch along a weight row: into L1 the block HYMT_KQ_PREFETCH_L1 bytes ahead, into L2
  * the one HYMT_KQ_PREFETCH_L2 bytes ahead. With the hardware prefetchers alone a single-row GEMV
@@ -65,8 +58,9 @@ typedef struct {
     int8_t qs[256];       /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
     int32_t nb32[2][16];  /* nb32[h][j] = −32 × Σ q[16j + 8h .. 16j + 8h + 8): the Q6_K −32 code offset of
                              the weights of vectors 2h, 2h + 1 (exact; |.| <= 32512, int16-sized) */
+    int16_t bsum[16];     /* Σ q[16j .. 16j+16) in natural chunk order (the AVX2 kernel's −32 offset term) */
     float d;              /* activation scale s of the group */
-    uint8_t pad[60];
+    uint8_t pad[28];
 } hymt_kq8;
 _Static_assert(sizeof(hymt_kq8) == 448, "hymt_kq8 keeps its members 64-byte aligned");
 
@@ -80,6 +74,7 @@ static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
             for (int i = 16 * j + 8 * h; i < 16 * j + 8 * h + 8; i++) sum += g->qs[i];
             a->nb32[h][j] = -32 * sum;
         }
+    for (int j = 0; j < 16; j++) a->bsum[j] = g->bsums[j];
     a->d = g->d;
     memset(a->pad, 0, sizeof a->pad);
 }
@@ -209,11 +204,14 @@ HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t c
         hymt_kq_transpose_avx512(s1, s2, nat[0], nat[1], nat[2], nat[3], qs);
         const __m512i ones = _mm512_set1_epi8(1);
         for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(a[b].qs + 64 * k), qs[k]);
+        __m512i total = _mm512_setzero_si512(); /* lane j: Σ of chunk j */
         for (int h = 0; h < 2; h++) { /* lane j: Σ of chunk j's weights 8h .. 8h+7 */
             const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qs[2 * h]),
                                                      ones, qs[2 * h + 1]);
             _mm512_storeu_si512((void *)a[b].nb32[h], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 5)));
+            total = _mm512_add_epi32(total, sums);
         }
+        _mm256_storeu_si256((__m256i *)a[b].bsum, _mm512_cvtepi32_epi16(total));
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -257,7 +255,8 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
         }
         __m256i qs[4][2];
         hymt_kq_transpose_avx2(nat, qs);
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2; h++) {
+            __m256i total = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k */
             for (int e = 0; e < 2; e++) {
                 __m256i sums = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k's weights 8e .. 8e+7 */
                 for (int v = 2 * e; v < 2 * e + 2; v++) {
@@ -266,7 +265,11 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
                 }
                 _mm256_storeu_si256((__m256i *)(a[b].nb32[e] + 8 * h),
                                     _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 5)));
+                total = _mm256_add_epi32(total, sums);
             }
+            _mm_storeu_si128((__m128i *)(a[b].bsum + 8 * h),
+                             _mm_packs_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1)));
+        }
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
