@@ -11,8 +11,9 @@
  * and the activations are stored in the same order when a token is prepared (hymt_kq8). Dot
  * instructions on the same int32 accumulator then leave chunk j's dot (or the dot of its first / second
  * 8 weights, vectors 0-1 / 2-3) in lane j, where the sub-scale sc_j multiplies it exactly; the block's
- * integer sum is then one horizontal sum (fmt_q6_k.h).
-
+ * integer sum then needs a sum across lanes, which the x86 kernels do for 8 or 16 rows at once so that
+ * it lands with lane = output row (fmt_q6_k.h).
+ *
  * Q4_K (row lanes): its definition (fmt_q4_k.h) applies the sub-block scales and mins in exact integer
  * arithmetic, leaving two float operations per (row, token, block), so the kernels may lay lanes out
  * freely: row tiles (hymt_transpose16_epi32: 16 rows of code dwords -> 16 vectors, lane = output row) that
