@@ -443,3 +443,9 @@ def _llama_cpp_version() -> str:
     import llama_cpp
 
     return str(getattr(llama_cpp, "__version__", "unknown"))
+
+
+if __name__ == "__main__":
+    from hymt.cli import run
+
+    run(main)

@@ -442,3 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = ensure_model(OFFICIAL_FILES[args.model], directory, force=args.force)
     print(path)
     return 0
+
+
+if __name__ == "__main__":
+    from hymt.cli import run
+
+    run(main)

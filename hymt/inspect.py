@@ -60,3 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.buffer.write(json.dumps(record, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
     sys.stdout.buffer.flush()
     return 0
+
+
+if __name__ == "__main__":
+    from hymt.cli import run
+
+    run(main)

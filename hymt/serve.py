@@ -230,3 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The worker printed `error: …` when the model failed to load.
         return 1 if code in (Arbiter.WORKER_BOOT_ERROR, Arbiter.APP_LOAD_ERROR) else code
     return 0
+
+
+if __name__ == "__main__":
+    from hymt.cli import run
+
+    run(main)

@@ -18,7 +18,27 @@
  * scratch buffer until the last group (y rows are a row-length apart: touching them per group
  * thrashes a few cache sets). The steps (group, pair of token tiles) are software-pipelined: the next
  * step's tile products, and the next group's decoding, run while this step's sums go through the
- * float epilogue. */
+ * float epilogue.
+ *
+ * Where the time goes (one core, TSC ticks per step of 32 rows × 32 tokens × one group, STQ1_0, n = 64,
+ * 256 rows × 2048 in L2, each part measured by leaving the others out): ~780 in all; the tile
+ * instructions alone (16 products, 16 tile loads, 4 tile stores) ~460, of which the products are ~210
+ * (13 ticks each: the tdpbusd peak) and the activation tile loads from L2 ~120 (~340 with the A tiles
+ * read from one 4 KiB buffer); the decode ~160 and the epilogue ~235 (n = 256: tiles ~500, decode ~80,
+ * epilogue ~240, all ~730). The parts add up almost in full: the vector work does not run beside the
+ * tile unit, although a register-only test overlaps ALU work with products completely (256 vpermb or
+ * 512 vpaddd between 16 products cost nothing) — vector stores do not overlap (64 epilogue vectors
+ * after 16 products: +150 ticks with their stores, +20 without). Measured against this driver
+ * (1 thread, alternated in one run, its speed ×) and left out: the epilogue and decode spread between
+ * the single products (0.67–0.70); 16 × 16 tiles group-inner with the sums in registers and the next
+ * row tile decoded meanwhile (0.68–0.89); 2 × 2 tiles group-inner, every group's sums stored and
+ * chained per vector in registers one unit behind (0.74–0.80); decoding two groups ahead with the
+ * epilogue a step behind (0.89–0.92); the activations copied per call into contiguous tiles
+ * (0.87–0.93); 2 or 4 row tiles side by side reusing each activation tile from L1 (0.89–0.96); all row
+ * tiles group by group, activations L1-resident and the sums in L2 (0.86–0.96); software prefetch of
+ * the next step's activation tiles (0.86–0.95); the epilogue unrolled (0.91–1.01); two groups per pass
+ * over the float sums (0.99–1.05); decode and epilogue between the tile stores and the next products
+ * (0.98–1.07). */
 #ifndef HYMT_LOWBIT_AMX_H
 #define HYMT_LOWBIT_AMX_H
 
