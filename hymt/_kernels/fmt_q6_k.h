@@ -124,85 +124,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, 
     hymt_kq_transpose_avx512(s1, s2, n[0], n[1], n[2], n[3], wq);
 }
 
-/* Lane j: the int16 pair (sc[j], 0) of the block, the multiplier of a chunk's int16-sized partial sums. */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_scales_avx512(const uint8_t *blk) {
-    return _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))),
-                            _mm512_set1_epi32(0xffff));
-}
-
-/* One block of one (row, token): lane j = sc[j] · Σ (q6 − 32)·q over chunk j (two 8-weight chains). */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_lanes_avx512(const __m512i wq[4], __m512i sc, const hymt_kq8 *g) {
-    __m512i lo = _mm512_loadu_si512((const void *)g->nb32[0]), hi = _mm512_loadu_si512((const void *)g->nb32[1]);
-    lo = _mm512_dpbusd_epi32(lo, wq[0], _mm512_loadu_si512((const void *)g->qs));
-    hi = _mm512_dpbusd_epi32(hi, wq[2], _mm512_loadu_si512((const void *)(g->qs + 128)));
-    lo = _mm512_dpbusd_epi32(lo, wq[1], _mm512_loadu_si512((const void *)(g->qs + 64)));
-    hi = _mm512_dpbusd_epi32(hi, wq[3], _mm512_loadu_si512((const void *)(g->qs + 192)));
-    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, sc), hi, sc);
-}
-
-/* Horizontal sums of 8 int32 vectors: lane i (< 8) of the result = Σ of the lanes of v[i] (exact; the
- * first three stages of hymt_kq_hsum16's tree, for rows of up to 8 blocks). */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_hsum8(const __m512i v[8]) {
-    __m512i a[4], b[2];
-    for (int i = 0; i < 4; i++)
-        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 2; i++) /* 128-bit lane l: partial sums of v4i .. v4i+3 */
-        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
-                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
-    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x44), _mm512_shuffle_i32x4(b[0], b[1], 0xEE));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(c, c, 0x88), _mm512_shuffle_i32x4(c, c, 0xDD));
-}
-
-/* Up to HYMT_Q6_K_GEMV_MAX tokens: one row at a time (one sequential weight stream), blocks in groups of 8
- * whose lane vectors stay in registers, summed by hymt_q6_k_hsum8; the float steps of a group run with one
- * lane per block (d, d × s and f32(A) as vectors: the same operations), then the sequential fma. acc [T].
- * (Measured on a hot 1024×2048 matrix, one thread: n = 1 0.91-0.97 of the old per-chunk float kernel's
- * time and 0.8 of the 16-row tiles', whose per-block decode of 16 rows and transpose-add cost more than
- * they save at one token; n = 2 even with the row tiles.) */
-#define HYMT_Q6_K_GEMV_MAX 2
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
-                                                          int64_t nb, const __m512i s1[4], const __m512i s2[2],
-                                                          float *acc, const int T) {
-    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8];
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
-        __m512i av[HYMT_Q6_K_GEMV_MAX][8];
-        uint16_t dh[8] = {0}; /* fp16 d of the group's blocks */
-#pragma GCC unroll 8
-        for (int kb = 0; kb < 8; kb++) {
-            if (kb < kn) {
-                const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
-                hymt_kq_prefetch(blk);
-                __m512i wq[4];
-                hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
-                const __m512i sc = hymt_q6_k_scales_avx512(blk);
-                dh[kb] = hymt_load_u16(blk + 208);
-                for (int t = 0; t < T; t++)
-                    av[t][kb] = hymt_q6_k_lanes_avx512(wq, sc, (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb);
-            } else {
-                for (int t = 0; t < T; t++) av[t][kb] = _mm512_setzero_si512();
-            }
-        }
-        _mm256_storeu_ps(dd, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
-        for (int t = 0; t < T; t++) {
-            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
-            _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(_mm512_castsi512_si256(hymt_q6_k_hsum8(av[t]))));
-            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
-        }
-    }
-}
-
-HYMT_TARGET_AVX512 static void hymt_q6_k_gemv1_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
-                                                      int64_t nb, const __m512i s1[4], const __m512i s2[2], float *acc) {
-    hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, acc, 1);
-}
-
-HYMT_TARGET_AVX512 static void hymt_q6_k_gemv2_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
-                                                      int64_t nb, const __m512i s1[4], const __m512i s2[2], float *acc) {
-    hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, acc, 2);
-}
-
 /* Row tiles (lane = output row), for every n on the vector path: 16 rows share each block step, so the
  * block's integer sum A of (row, token) ends in lane row of one vector and the float step runs on 16 rows
  * at once. Per row pair (a, b), token and block, after the two int16-sized dot chains per row (lo: vectors
@@ -246,6 +167,120 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m5
                                 _mm512_shuffle_i32x4(q[2 * i], q[2 * i + 1], 0xEE));
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xDD));
 }
+
+/* Up to HYMT_Q6_K_GEMV_MAX tokens: one row at a time (one sequential weight stream), blocks in groups of
+ * 8. Per block pair (a, b) and token, the pairing of the row tiles above runs along the row: the two
+ * blocks' int16-sized chains (each with its own activations) are packed side by side as words
+ * (vpackssdw, exact) and one vpmaddwd + one vpdpwssd by the pair's sub-scale words apply sc_j and fold two
+ * chunks at once, leaving each block's A in 8 dwords of one vector; the group's 4 pair vectors are summed
+ * by a 12-operation transpose-add into one lane per block (hymt_q6_k_blocks8). The float steps of the
+ * group then run block by block (d × s and the fma, the definition's order). acc [T].
+ * Measured (medians of alternated runs against main's per-chunk float kernel): hot (1024 head rows, one
+ * thread) n = 1 0.95–1.0 of main's time, n = 2 1.0, n = 4 1.03; streaming the 120818-row head from DRAM at
+ * two threads see docs/kernels.md. The previous forms cost more there: two vpdpwssd per block and an
+ * 8-vector tree per group (n = 1–2 +3–5 %), and 16-row tiles for 3–4 tokens (+10 %: 16 strided row streams
+ * and 8 prefetches per row and block). Prefetch: the L2 distance of main's kernels (4096 bytes) left
+ * n = 1 3 % behind main from DRAM; 6144 is the best of 2048–8192 measured (8192: +5 %), and the L1 hint
+ * (1024 bytes ahead, 512–2048 measured) is needed (without it +12 %). */
+#define HYMT_Q6_K_GEMV_PF_L1 1024
+#define HYMT_Q6_K_GEMV_PF_L2 6144
+#define HYMT_Q6_K_GEMV_MAX 4
+
+/* A of the 8 blocks of a group (lane kb < 8) from its 4 pair vectors p[k] (blocks 2k, 2k + 1; dword 4L + m
+ * holds part of block 2k (m < 2) or 2k + 1 (m >= 2)): stage 1 of hymt_q6_k_rows16, then two shuffle
+ * stages of 128-bit lanes (exact int32). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m256i hymt_q6_k_blocks8(const __m512i p[4], __m512i ie, __m512i io) {
+    const __m512i q0 = _mm512_add_epi32(_mm512_permutex2var_epi32(p[0], ie, p[1]), _mm512_permutex2var_epi32(p[0], io, p[1]));
+    const __m512i q1 = _mm512_add_epi32(_mm512_permutex2var_epi32(p[2], ie, p[3]), _mm512_permutex2var_epi32(p[2], io, p[3]));
+    /* 128-bit lanes: q0 L0+L2, q0 L1+L3, q1 L0+L2, q1 L1+L3 */
+    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(q0, q1, 0x44), _mm512_shuffle_i32x4(q0, q1, 0xEE));
+    return _mm512_castsi512_si256(_mm512_add_epi32(_mm512_shuffle_i32x4(c, c, 0x88), _mm512_shuffle_i32x4(c, c, 0xDD)));
+}
+
+/* The vpermt2d indices of stage 1 (hymt_q6_k_rows16, hymt_q6_k_blocks8): ie / io pick the even / odd
+ * dword of each half-pair. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_pair_idx(__m512i *ie, __m512i *io) {
+    int32_t ix[2][16];
+    for (int L = 0; L < 4; L++)
+        for (int m = 0; m < 4; m++) {
+            ix[0][4 * L + m] = 16 * (m / 2) + 4 * L + 2 * (m % 2);
+            ix[1][4 * L + m] = ix[0][4 * L + m] + 1;
+        }
+    *ie = _mm512_loadu_si512((const void *)ix[0]);
+    *io = _mm512_loadu_si512((const void *)ix[1]);
+}
+
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
+                                                          int64_t nb, const __m512i s1[4], const __m512i s2[2],
+                                                          __m512i ie, __m512i io, float *acc, const int T) {
+    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8]; /* the group's d; [token][block] its A */
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        __m512i pv[HYMT_Q6_K_GEMV_MAX][4]; /* [token][block pair] */
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i wq[2][4], sc32[2];
+            for (int e = 0; e < 2; e++) {
+                const int kb = 2 * k + e;
+                if (kb < kn) {
+                    const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
+                    for (int i = 0; i < 256; i += 64) {
+                        __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L1 + i, 0, 3);
+                        __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L2 + i, 0, 2);
+                    }
+                    hymt_q6_k_unpack_avx512(blk, s1, s2, wq[e]);
+                    sc32[e] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+                    dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
+                } else { /* past the row: zero codes and scales, so the block's A is 0 (never used) */
+                    for (int v = 0; v < 4; v++) wq[e][v] = _mm512_setzero_si512();
+                    sc32[e] = _mm512_setzero_si512();
+                }
+            }
+            const __m512i scp = _mm512_packs_epi32(sc32[0], sc32[1]); /* 128-bit lane L: sc_a[4L..], sc_b[4L..] */
+            const int kb = 2 * k + 1 < kn ? 2 * k + 1 : 2 * k; /* block b's activations (in range) */
+            for (int t = 0; t < T; t++) {
+                const hymt_kq8 *ga = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + 2 * k;
+                const hymt_kq8 *gb = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb;
+                const __m512i la = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->nb32[0]), wq[0][0],
+                                        _mm512_load_si512((const void *)ga->qs)),
+                    wq[0][1], _mm512_load_si512((const void *)(ga->qs + 64)));
+                const __m512i ha = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->nb32[1]), wq[0][2],
+                                        _mm512_load_si512((const void *)(ga->qs + 128))),
+                    wq[0][3], _mm512_load_si512((const void *)(ga->qs + 192)));
+                const __m512i lb = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)gb->nb32[0]), wq[1][0],
+                                        _mm512_load_si512((const void *)gb->qs)),
+                    wq[1][1], _mm512_load_si512((const void *)(gb->qs + 64)));
+                const __m512i hb = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)gb->nb32[1]), wq[1][2],
+                                        _mm512_load_si512((const void *)(gb->qs + 128))),
+                    wq[1][3], _mm512_load_si512((const void *)(gb->qs + 192)));
+                pv[t][k] = _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_packs_epi32(la, lb), scp),
+                                               _mm512_packs_epi32(ha, hb), scp);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
+            _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(hymt_q6_k_blocks8(pv[t], ie, io)));
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
+        }
+    }
+}
+
+/* One function per token count, so that every loop over tokens is unrolled. */
+#define HYMT_Q6_K_GEMV_FN(T)                                                                                    \
+    HYMT_TARGET_AVX512 static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
+                                                              size_t act_stride, int64_t nb,                    \
+                                                              const __m512i s1[4], const __m512i s2[2],         \
+                                                              __m512i ie, __m512i io, float *acc) {             \
+        hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, ie, io, acc, T);                                 \
+    }
+HYMT_Q6_K_GEMV_FN(1)
+HYMT_Q6_K_GEMV_FN(2)
+HYMT_Q6_K_GEMV_FN(3)
+HYMT_Q6_K_GEMV_FN(4)
 
 /* K (1 or 2) row pairs k.. of the tile × tokens [0, T) of one block: p[t][k + i] for i < K. unpack: the
  * first token tile, which unpacks the rows (and keeps them in u when keep: more tiles follow); else u. */
@@ -295,13 +330,8 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
                                                          float *y, int64_t y_stride) {
     __m512i s1[4], s2[2];
     hymt_kq_perms_avx512(s1, s2);
-    int32_t ix[2][16];
-    for (int L = 0; L < 4; L++)
-        for (int m = 0; m < 4; m++) {
-            ix[0][4 * L + m] = 16 * (m / 2) + 4 * L + 2 * (m % 2);
-            ix[1][4 * L + m] = ix[0][4 * L + m] + 1;
-        }
-    const __m512i ie = _mm512_loadu_si512((const void *)ix[0]), io = _mm512_loadu_si512((const void *)ix[1]);
+    __m512i ie, io;
+    hymt_q6_k_pair_idx(&ie, &io);
     hymt_q6_k_rowtile u __attribute__((aligned(64)));
     __m512i p[HYMT_Q6_K_RT_TT][8]; /* [token of the tile][row pair] */
     __m512 acc[HYMT_Q6_K_RT_PASS]; /* [token of the pass], lane = row */
@@ -348,14 +378,20 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
         hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
-    __m512i s1[4], s2[2];
+    __m512i s1[4], s2[2], ie, io;
     hymt_kq_perms_avx512(s1, s2);
+    hymt_q6_k_pair_idx(&ie, &io);
     for (int64_t r = r0; r < r1; r++) {
-        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f}; /* [token] */
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */
         if (n == 1)
-            hymt_q6_k_gemv1_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+            hymt_q6_k_gemv1_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        else if (n == 2)
+            hymt_q6_k_gemv2_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        else if (n == 3)
+            hymt_q6_k_gemv3_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
         else
-            hymt_q6_k_gemv2_avx512(w + (size_t)r * row_bytes, act, act_stride, nb, s1, s2, acc);
+            hymt_q6_k_gemv4_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
         for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
     }
 }
