@@ -176,12 +176,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m5
  * by a 12-operation transpose-add into one lane per block (hymt_q6_k_blocks8). The float steps of the
  * group then run block by block (d × s and the fma, the definition's order). acc [T].
  * Measured (medians of alternated runs against main's per-chunk float kernel): hot (1024 head rows, one
- * thread) n = 1 0.95–1.0 of main's time, n = 2 1.0, n = 4 1.03; streaming the 120818-row head from DRAM at
- * two threads see docs/kernels.md. The previous forms cost more there: two vpdpwssd per block and an
- * 8-vector tree per group (n = 1–2 +3–5 %), and 16-row tiles for 3–4 tokens (+10 %: 16 strided row streams
- * and 8 prefetches per row and block). Prefetch: the L2 distance of main's kernels (4096 bytes) left
- * n = 1 3 % behind main from DRAM; 6144 is the best of 2048–8192 measured (8192: +5 %), and the L1 hint
- * (1024 bytes ahead, 512–2048 measured) is needed (without it +12 %). */
+ * thread) n = 1 0.95–1.0 of main's time, n = 2 1.0, n = 4 1.03; streaming the 120818-row head from DRAM
+ * (two threads, the layer products evicting it between calls) n = 1–4 0.95–0.98. The previous
+ * forms cost more there: two vpdpwssd per block and an 8-vector tree per group (n = 1–2 +3–5 %), 16-row
+ * tiles for 3–4 tokens (+10 %: 16 strided row streams, 8 prefetches per row and block). Prefetch, from
+ * DRAM: the L1 and L2 hints interleaved line by line in one loop (the same hints as two loops, as
+ * hymt_kq_prefetch issues them, ran n = 1 5–6 % slower in that comparison; the cause is not isolated, code
+ * placement may be part of it); L2 distance 6144 bytes (4096: n = 2 +2 %, 8192: +5 %); the L1 hint is
+ * needed (without it +12 %; 512 or 2048 bytes ahead instead of 1024: +1–4 %). */
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
