@@ -462,3 +462,32 @@ def test_head_shaped_q6_k_gemv() -> None:
     xq = (q * np.repeat(scale.astype(np.float64), 256, axis=1))[0]
     value, magnitude = wf @ xq, np.abs(wf) @ np.abs(xq)
     assert np.all(np.abs(ours[check] - value) <= 1e-5 * magnitude)
+
+
+def test_q6_k_kernel_thresholds_equal_scalar() -> None:
+    """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 2) and 16-row tiles
+    (n >= 3, token tiles of 16 and passes of 64 tokens), the AMX tiles (n >= 12) and the AVX2 8-row tiles;
+    rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
+    extreme codes and sub-scales with ±127 activations."""
+    rng = np.random.default_rng(66)
+    rows, cols = 37, 768
+    w = random_weight("Q6_K", rows, cols, rng)
+    extreme = np.full((rows * cols // 256, BLOCK_BYTES["Q6_K"]), 0xFF, dtype=np.uint8)
+    extreme[::3, :192] = 0x00  # all codes 0 (q6 − 32 = −32)
+    extreme[1::3, 192:208] = 0x80  # sub-scales −128
+    extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
+    w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
+    for n in (2, 3, 11, 12, 16, 17, 64, 65, 81):
+        x = activations(n, cols, rng)
+        x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        for weight, inputs in ((w, x), (w_extreme, x_sign)):
+            reference = matmul_isa("scalar", weight, inputs)
+            for isa in SIMD_ISAS:
+                for amx in (True, False):
+                    with kernels.use_amx(amx):
+                        ours = matmul_isa(isa, weight, inputs)
+                    np.testing.assert_array_equal(
+                        bits(ours), bits(reference), err_msg=f"{isa}, AMX {amx}, n = {n}"
+                    )
+    value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
+    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)

@@ -1,17 +1,18 @@
 /* kquant_common.h — what the Q4_K and Q6_K kernels share and build on: two activation layouts for their
  * int8 paths and the lane layouts that go with them.
  *
- * Q6_K (chunk lanes, "kq layout"): a block is sixteen 16-weight chunks with one sub-scale each; the int8
- * GEMMs keep one float32 lane per chunk j (0..15) and need, per block, the exact integer dot of each chunk
- * with its 16 activations. An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive
+ * Q6_K (chunk lanes, "kq layout"): a block is sixteen 16-weight chunks with one sub-scale each; the
+ * vector GEMMs keep one int32 lane per chunk j (0..15) and need, per block, the exact integer dot of each
+ * chunk with its 16 activations. An int32 lane of vpdpbusd / pmaddubsw+pmaddwd / sdot sums 4 consecutive
  * bytes, so the weights are transposed once per block into four 64-byte vectors v = 0..3 with
  *
  *     vector v, bytes 4j..4j+3  =  chunk j, weights 4v..4v+3          (kq layout)
  *
- * and the activations are stored in the same order when a token is prepared (hymt_kq8). Four dot
- * instructions on the same int32 accumulator then leave chunk j's dot in lane j — no horizontal sums per
- * token. The float math (fmt_q6_k.h) is defined lane by lane and reduced by hymt_kq_tree16, which every
- * ISA follows exactly.
+ * and the activations are stored in the same order when a token is prepared (hymt_kq8). Dot
+ * instructions on the same int32 accumulator then leave chunk j's dot (or the dot of its first / second
+ * 8 weights, vectors 0-1 / 2-3) in lane j, where the sub-scale sc_j multiplies it exactly; the block's
+ * integer sum then needs a sum across lanes, which the x86 kernels do for 8 or 16 rows at once so that
+ * it lands with lane = output row (fmt_q6_k.h).
  *
  * Q4_K (row lanes): its definition (fmt_q4_k.h) applies the sub-block scales and mins in exact integer
  * arithmetic, leaving two float operations per (row, token, block), so the kernels may lay lanes out
@@ -33,16 +34,9 @@
 /* Token tiles of the scalar references (any size gives the same values; bounds the stack). */
 #define HYMT_KQ_SCALAR_TILE 16
 
-/* Tiles of the AVX2 and NEON kernels: RT rows × TT tokens share one pass over the weight blocks; each
- * block is unpacked once per (row, tile) and its codes stay in registers for all TT tokens; the
- * per-(row, token) accumulators live in a small stack array (L1). The activations of one block for
- * the TT tokens stay in L1 while the RT rows use them. Few tokens: weight streaming dominates, and
- * one row at a time (a single sequential stream per thread) reads fastest. (The AVX-512 kernels
- * tile differently, see hymt_kq_tile_avx512.) */
-#define HYMT_KQ_RT 8
+/* Token tiles of the Q6_K NEON kernel: TT tokens share each unpacked block of a row (the x86 kernels tile
+ * rows and tokens, see fmt_q6_k.h). */
 #define HYMT_KQ_TT 16
-
-static inline int hymt_kq_row_tile(int64_t n) { return n < 8 ? 1 : HYMT_KQ_RT; }
 
 /* Software prefetch along a weight row: into L1 the block HYMT_KQ_PREFETCH_L1 bytes ahead, into L2
  * the one HYMT_KQ_PREFETCH_L2 bytes ahead. With the hardware prefetchers alone a single-row GEMV
@@ -62,19 +56,26 @@ HYMT_INLINE void hymt_kq_prefetch(const uint8_t *blk) {
 /* One token's activations for one group of 256 inputs (REFERENCE.md §3.4 values, kq order), 448
  * bytes: a multiple of 64, so every member stays 64-byte aligned in a 64-aligned buffer. */
 typedef struct {
-    int8_t qs[256];   /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
-    int32_t nb32[16]; /* −32 × Σ q[16j .. 16j+16)       (the Q6_K −32 code offset, exact) */
-    float d;          /* activation scale s of the group */
-    uint8_t pad[60];
+    int8_t qs[256];       /* qs[64v + 4j + e] = q[16j + 4v + e]  (q = hymt_quantize_group_q8g) */
+    int32_t nb32[2][16];  /* nb32[h][j] = −32 × Σ q[16j + 8h .. 16j + 8h + 8): the Q6_K −32 code offset of
+                             the weights of vectors 2h, 2h + 1 (exact; |.| <= 32512, int16-sized) */
+    int16_t bsum[16];     /* Σ q[16j .. 16j+16) in natural chunk order (the AVX2 kernel's −32 offset term) */
+    float d;              /* activation scale s of the group */
+    uint8_t pad[28];
 } hymt_kq8;
+_Static_assert(sizeof(hymt_kq8) == 448, "hymt_kq8 keeps its members 64-byte aligned");
 
 static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_kq8); }
 
-/* The per-chunk sums and the scale, from the quantized group (the qs are already stored). */
+/* The half-chunk sums and the scale, from the quantized group (the qs are already stored). */
 static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
-    for (int j = 0; j < 16; j++) {
-        a->nb32[j] = -32 * (int32_t)g->bsums[j];
-    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 16; j++) {
+            int32_t sum = 0;
+            for (int i = 16 * j + 8 * h; i < 16 * j + 8 * h + 8; i++) sum += g->qs[i];
+            a->nb32[h][j] = -32 * sum;
+        }
+    for (int j = 0; j < 16; j++) a->bsum[j] = g->bsums[j];
     a->d = g->d;
     memset(a->pad, 0, sizeof a->pad);
 }
@@ -91,15 +92,6 @@ static void hymt_prepare_kq8_group_scalar(const float *x, hymt_kq8 *a) {
 /* The activation of natural index i (0..255) in a kq-ordered qs. */
 HYMT_INLINE int32_t hymt_kq_act(const int8_t *qs, int i) {
     return qs[64 * ((i >> 2) & 3) + 4 * (i >> 4) + (i & 3)];
-}
-
-/* Fixed reduction of 16 lanes: b[i] = a[i] + a[i+8]; c[i] = b[i] + b[i+4]; (c0 + c2) + (c1 + c3).
- * The AVX-512 form is hymt_hsum512 (vec.h), the AVX2 form hymt_kq_tree16_avx2, NEON below. */
-static inline float hymt_kq_tree16(const float *a) {
-    float b[8], c[4];
-    for (int i = 0; i < 8; i++) b[i] = a[i] + a[i + 8];
-    for (int i = 0; i < 4; i++) c[i] = b[i] + b[i + 4];
-    return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
 #if defined(HYMT_X86)
@@ -136,15 +128,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_perms_avx512(__m512i s1[4], __m512i 
     for (int i = 0; i < 2; i++) s2[i] = _mm512_loadu_si512((const void *)t2[i]);
 }
 
-/* AVX2 form of the tree: lanes 0..7 in lo, 8..15 in hi. */
-HYMT_TARGET_AVX2 static inline float hymt_kq_tree16_avx2(__m256 lo, __m256 hi) {
-    __m256 b = _mm256_add_ps(lo, hi);
-    __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
-    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
-    c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    return _mm_cvtss_f32(c);
-}
-
 /* AVX2 kq transpose: natural chunk registers (two chunks per ymm, chunk pairs (0,1),(2,3),...,
  * (14,15) in nat[0..7]) -> out[v][h], v = dword, h = lanes 8h..8h+7. */
 HYMT_TARGET_AVX2 HYMT_INLINE void hymt_kq_transpose_avx2(const __m256i nat[8], __m256i out[4][2]) {
@@ -178,116 +161,6 @@ HYMT_INLINE void hymt_kq_transpose_neon(const int8x16_t c[16], int8x16_t out[4][
         out[1][k] = vreinterpretq_s8_s64(vtrn1q_s64(u1, u3));
         out[2][k] = vreinterpretq_s8_s64(vtrn2q_s64(u0, u2));
         out[3][k] = vreinterpretq_s8_s64(vtrn2q_s64(u1, u3));
-    }
-}
-
-static inline float hymt_kq_tree16_neon(float32x4_t f0, float32x4_t f1, float32x4_t f2, float32x4_t f3) {
-    float32x4_t c = vaddq_f32(vaddq_f32(f0, f2), vaddq_f32(f1, f3));
-    float32x2_t e = vadd_f32(vget_low_f32(c), vget_high_f32(c));
-    return vget_lane_f32(e, 0) + vget_lane_f32(e, 1);
-}
-#endif
-
-#if defined(HYMT_X86)
-/* Batched AVX-512 path (n >= HYMT_KQ_BATCH_MIN tokens): each row is unpacked ONCE into this form (a
- * per-thread scratch of HYMT_KQ_PANEL rows), then register tiles of BR rows × BT tokens run over it: per
- * block and code vector v, BR weight loads and BT activation loads feed BR·BT vpdpbusd, the int32
- * chunk sums and the float accumulators of the whole tile stay in registers. The per-lane float
- * math is exactly the one of the format's definition, in the same block order. */
-#define HYMT_KQ_BATCH_MIN 8
-#define HYMT_KQ_BR 3
-#define HYMT_KQ_BT 4
-#define HYMT_KQ_PANEL (4 * HYMT_KQ_BR)
-
-/* Loads are the scarce resource of the tile (about one 64-byte load per cycle here): keep a loaded
- * vector in a register for all its uses instead of letting the compiler fold one load into each. */
-#define HYMT_KQ_IN_REGISTER(v) __asm__("" : "+v"(v))
-
-typedef struct {
-    __m512i wq[4]; /* codes, kq layout */
-    __m512 dsc;    /* d × f32(scale of lane) */
-} hymt_kq_unpacked;
-
-/* Rows [0, R) of u ([R][nb]) × tokens [0, T) from act; y points at (token 0, row 0) of the tile. Lanes
- * start at −32·Σq (the Q6_K code offset). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_kq_tile_avx512(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act,
-                                                        size_t act_stride, float *y, int64_t y_stride, const int R,
-                                                        const int T) {
-    __m512 acc[HYMT_KQ_BR][HYMT_KQ_BT];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const hymt_kq8 *g[HYMT_KQ_BT];
-        for (int t = 0; t < T; t++) g[t] = (const hymt_kq8 *)(act + (size_t)t * act_stride) + b;
-        __m512i isum[HYMT_KQ_BR][HYMT_KQ_BT];
-        for (int t = 0; t < T; t++) {
-            __m512i start = _mm512_loadu_si512((const void *)g[t]->nb32);
-            HYMT_KQ_IN_REGISTER(start);
-            for (int r = 0; r < R; r++) isum[r][t] = start;
-        }
-        for (int v = 0; v < 4; v++) {
-            __m512i wv[HYMT_KQ_BR];
-            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512((const void *)&u[r * nb + b].wq[v]);
-            for (int t = 0; t < T; t++) {
-                __m512i a = _mm512_loadu_si512((const void *)(g[t]->qs + 64 * v));
-                HYMT_KQ_IN_REGISTER(a);
-                for (int r = 0; r < R; r++) isum[r][t] = _mm512_dpbusd_epi32(isum[r][t], wv[r], a);
-            }
-        }
-        for (int t = 0; t < T; t++) {
-            const __m512 s = _mm512_set1_ps(g[t]->d);
-            for (int r = 0; r < R; r++) {
-                __m512 scale = _mm512_mul_ps(u[r * nb + b].dsc, s);
-                acc[r][t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[r][t]), acc[r][t]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * y_stride + r] = hymt_hsum512(acc[r][t]);
-}
-
-typedef void (*hymt_kq_tile_fn)(const hymt_kq_unpacked *u, int64_t nb, const uint8_t *act, size_t act_stride,
-                                float *y, int64_t y_stride);
-
-#define HYMT_KQ_TILE(R, T)                                                                                    \
-    HYMT_TARGET_AVX512 static void hymt_kq_tile_##R##x##T(const hymt_kq_unpacked *u, int64_t nb,              \
-                                                          const uint8_t *act, size_t act_stride, float *y,    \
-                                                          int64_t y_stride) {                                 \
-        hymt_kq_tile_avx512(u, nb, act, act_stride, y, y_stride, R, T);                                       \
-    }
-HYMT_KQ_TILE(1, 1)
-HYMT_KQ_TILE(1, 2)
-HYMT_KQ_TILE(1, 3)
-HYMT_KQ_TILE(1, 4)
-HYMT_KQ_TILE(2, 1)
-HYMT_KQ_TILE(2, 2)
-HYMT_KQ_TILE(2, 3)
-HYMT_KQ_TILE(2, 4)
-HYMT_KQ_TILE(3, 1)
-HYMT_KQ_TILE(3, 2)
-HYMT_KQ_TILE(3, 3)
-HYMT_KQ_TILE(3, 4)
-#undef HYMT_KQ_TILE
-
-/* [R - 1][T - 1] */
-static const hymt_kq_tile_fn hymt_kq_tiles[HYMT_KQ_BR][HYMT_KQ_BT] = {
-    {hymt_kq_tile_1x1, hymt_kq_tile_1x2, hymt_kq_tile_1x3, hymt_kq_tile_1x4},
-    {hymt_kq_tile_2x1, hymt_kq_tile_2x2, hymt_kq_tile_2x3, hymt_kq_tile_2x4},
-    {hymt_kq_tile_3x1, hymt_kq_tile_3x2, hymt_kq_tile_3x3, hymt_kq_tile_3x4},
-};
-
-/* All n tokens for a panel of rows unpacked in u ([rows][nb], rows <= HYMT_KQ_PANEL); y points at
- * (token 0, first row). Token tiles outside, row tiles inside: a tile's activations stay in L1 while
- * every row tile of the panel uses them. */
-static void hymt_kq_panel_avx512(const hymt_kq_unpacked *u, int rows, int64_t nb, const uint8_t *act,
-                                 size_t act_stride, int64_t n, float *y, int64_t y_stride) {
-    for (int64_t t = 0; t < n; t += HYMT_KQ_BT) {
-        const int T = n - t < HYMT_KQ_BT ? (int)(n - t) : HYMT_KQ_BT;
-        for (int r = 0; r < rows; r += HYMT_KQ_BR) {
-            const int R = rows - r < HYMT_KQ_BR ? rows - r : HYMT_KQ_BR;
-            hymt_kq_tiles[R - 1][T - 1](u + (size_t)r * nb, nb, act + (size_t)t * act_stride, act_stride,
-                                        y + t * y_stride + r, y_stride);
-        }
     }
 }
 #endif
@@ -331,12 +204,15 @@ HYMT_TARGET_AVX512 static void hymt_prepare_kq8_avx512(const float *x, int64_t c
         __m512i qs[4];
         hymt_kq_transpose_avx512(s1, s2, nat[0], nat[1], nat[2], nat[3], qs);
         const __m512i ones = _mm512_set1_epi8(1);
-        __m512i bsums = _mm512_setzero_si512();
-        for (int k = 0; k < 4; k++) {
-            _mm512_storeu_si512((void *)(a[b].qs + 64 * k), qs[k]);
-            bsums = _mm512_dpbusd_epi32(bsums, ones, qs[k]); /* lane j: Σ of chunk j */
+        for (int k = 0; k < 4; k++) _mm512_storeu_si512((void *)(a[b].qs + 64 * k), qs[k]);
+        __m512i total = _mm512_setzero_si512(); /* lane j: Σ of chunk j */
+        for (int h = 0; h < 2; h++) { /* lane j: Σ of chunk j's weights 8h .. 8h+7 */
+            const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qs[2 * h]),
+                                                     ones, qs[2 * h + 1]);
+            _mm512_storeu_si512((void *)a[b].nb32[h], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 5)));
+            total = _mm512_add_epi32(total, sums);
         }
-        _mm512_storeu_si512((void *)a[b].nb32, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsums, 5)));
+        _mm256_storeu_si256((__m256i *)a[b].bsum, _mm512_cvtepi32_epi16(total));
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
     }
@@ -381,13 +257,19 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
         __m256i qs[4][2];
         hymt_kq_transpose_avx2(nat, qs);
         for (int h = 0; h < 2; h++) {
-            __m256i bsums = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k */
-            for (int v = 0; v < 4; v++) {
-                _mm256_storeu_si256((__m256i *)(a[b].qs + 64 * v + 32 * h), qs[v][h]);
-                bsums = _mm256_add_epi32(bsums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qs[v][h]), ones16));
+            __m256i total = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k */
+            for (int e = 0; e < 2; e++) {
+                __m256i sums = _mm256_setzero_si256(); /* lane k: Σ of chunk 8h + k's weights 8e .. 8e+7 */
+                for (int v = 2 * e; v < 2 * e + 2; v++) {
+                    _mm256_storeu_si256((__m256i *)(a[b].qs + 64 * v + 32 * h), qs[v][h]);
+                    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qs[v][h]), ones16));
+                }
+                _mm256_storeu_si256((__m256i *)(a[b].nb32[e] + 8 * h),
+                                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 5)));
+                total = _mm256_add_epi32(total, sums);
             }
-            _mm256_storeu_si256((__m256i *)(a[b].nb32 + 8 * h),
-                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums, 5)));
+            _mm_storeu_si128((__m128i *)(a[b].bsum + 8 * h),
+                             _mm_packs_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1)));
         }
         a[b].d = d;
         memset(a[b].pad, 0, sizeof a[b].pad);
