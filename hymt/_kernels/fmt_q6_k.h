@@ -614,7 +614,10 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * 2.1× faster at n = 64 than one token tile at a time with two alternating accumulator pairs). The
  * decode (~50 cycles per row and block here) sets a floor that does not depend on n: on one hot 1024×2048
  * matrix, one thread, tiles take ~200 µs for 3..16 tokens, the vector row tiles 173 µs at 8 tokens and
- * 219 µs at 12; hence tiles from HYMT_Q6_K_AMX_MIN tokens. */
+ * 219 µs at 12; hence tiles from HYMT_Q6_K_AMX_MIN tokens. The vector work runs beside the tile unit:
+ * block b + 1 is decoded while the last products of block b run, the float step of a pair of token tiles
+ * while the next pair's products run; the Q operands of one block's token tiles lie in a row (sequential
+ * L2 reads). Together −4 % at n = 64 and −6 % at 256, one thread. */
 #define HYMT_Q6_K_AMX_MIN 12
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256
@@ -647,6 +650,23 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_q6_k_amx_row(const uint8_t *blk, const __m
     tl->d[r] = _cvtsh_ss(hymt_load_u16(blk + 208));
 }
 
+/* The float step of token tiles k, k + 1 (cnt of them) of one block: acc[i][16 (k + u) + t] =
+ * fma(d_i × s_t, f32(C_l + 256 C_h), acc), from the read-back sums c[u][l|h][row][token]. */
+HYMT_TARGET_AMX HYMT_INLINE void hymt_q6_k_amx_float(const int32_t c[2][2][16][16], int cnt, const float *s16,
+                                                     const float *d, int rows, float (*acc)[HYMT_Q6_K_AMX_PASS],
+                                                     int k) {
+    for (int u = 0; u < cnt; u++) {
+        const __m512 s = _mm512_load_ps(s16 + 16 * u);
+        for (int i = 0; i < rows; i++) {
+            const __m512i A = _mm512_add_epi32(_mm512_load_si512((const void *)c[u][0][i]),
+                                               _mm512_slli_epi32(_mm512_load_si512((const void *)c[u][1][i]), 8));
+            const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(d[i]), s);
+            float *a = &acc[i][16 * (k + u)];
+            _mm512_store_ps(a, _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), _mm512_load_ps(a)));
+        }
+    }
+}
+
 /* Tiles: 0, 1 and 2, 3 the sums C_l, C_h [16 rows][N tokens] int32 of two token tiles; 4, 5 the W
  * operands [16 rows][64 bytes]; 6, 7 the two token tiles' Q operands [16 k-quads][N tokens × 4 bytes]. */
 HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -654,7 +674,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_byte
                                                float *y, int64_t y_stride) {
     const int64_t nb = cols / 256, ntt = (n + 15) / 16;
     const int N = n < 16 ? (int)n : 16; /* tokens per tile */
-    /* q: [ntt][nb][4][16][64] Q operands: q[k][b][v][jj][4t + e] = byte 4jj + e of vector v of token 16k + t
+    /* q: [nb][ntt][4][16][64] Q operands: q[b][k][v][jj][4t + e] = byte 4jj + e of vector v of token 16k + t
      * (0 past n); sv: [nb][16 ntt] the tokens' activation scales (0 past n) */
     int8_t *q = (int8_t *)aligned_alloc(64, (size_t)ntt * nb * 4096);
     float *sv = (float *)aligned_alloc(64, (size_t)nb * ntt * 16 * sizeof(float));
@@ -678,7 +698,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_byte
                                    : _mm512_setzero_si512();
                 }
                 hymt_transpose16_epi32(x, o);
-                int8_t *dst = q + ((size_t)(k * nb + b) * 4 + v) * 1024;
+                int8_t *dst = q + ((size_t)(b * ntt + k) * 4 + v) * 1024;
                 for (int jj = 0; jj < 16; jj++) _mm512_store_si512((void *)(dst + 64 * jj), o[jj]);
             }
         }
@@ -696,8 +716,11 @@ HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_byte
     const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
     const uint16_t tile_colsb[8] = {(uint16_t)(4 * N), (uint16_t)(4 * N), (uint16_t)(4 * N), (uint16_t)(4 * N),
                                     64, 64, (uint16_t)(4 * N), (uint16_t)(4 * N)};
-    hymt_q6_k_amx_tile tl __attribute__((aligned(64)));
-    int32_t c[2][2][16][16] __attribute__((aligned(64))); /* C_l, C_h read back: [token tile][l|h][row][token] */
+    /* tl[b % 2]: block b of the row tile; block b + 1 is decoded into the other while the tile unit runs the
+     * last token tiles' products of block b */
+    hymt_q6_k_amx_tile tl[2] __attribute__((aligned(64)));
+    /* C_l, C_h read back, pairs of token tiles in turn: [pair % 2][token tile][l|h][row][token] */
+    int32_t c[2][2][2][16][16] __attribute__((aligned(64)));
     float acc[16][HYMT_Q6_K_AMX_PASS] __attribute__((aligned(64))); /* [row of the tile][token of the pass] */
     memset(c, 0, sizeof c);
     hymt_amx_configure(tile_rows, tile_colsb);
@@ -711,17 +734,18 @@ HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_byte
             const size_t ahead = (size_t)rows * HYMT_Q6_K_BYTES; /* the next tile's bytes per block step */
             for (int i = 0; i < 16; i++)
                 for (int t = 0; t < 16 * ntp; t += 16) _mm512_store_ps(&acc[i][t], _mm512_setzero_ps());
+            for (int i = 0; i < 16; i++)
+                hymt_q6_k_amx_row(base + (size_t)(i < rows ? i : rows - 1) * row_bytes, s1, s2, sidx, idx_lo, idx_hi,
+                                  &tl[0], i);
             for (int64_t b = 0; b < nb; b++) {
                 /* the next row tile, read linearly into L2 while this one is computed */
                 const uint8_t *next = base + (size_t)rows * row_bytes + (size_t)b * ahead;
                 for (size_t k = 0; k < ahead; k += 64) __builtin_prefetch(next + k, 0, 2);
-                for (int i = 0; i < 16; i++)
-                    hymt_q6_k_amx_row(base + (size_t)(i < rows ? i : rows - 1) * row_bytes + b * HYMT_Q6_K_BYTES, s1,
-                                      s2, sidx, idx_lo, idx_hi, &tl, i);
+                const hymt_q6_k_amx_tile *tb = &tl[b % 2];
                 for (int k = 0; k < ntp; k += 2) {
                     /* two token tiles share each W operand load: four independent accumulators */
                     const int two = k + 1 < ntp;
-                    const int8_t *qk = q + (size_t)((k0 + k) * nb + b) * 4096;
+                    const int8_t *qk = q + (size_t)(b * ntt + k0 + k) * 4096; /* token tiles of a block in a row */
                     _tile_zero(0);
                     _tile_zero(1);
                     if (two) {
@@ -729,34 +753,36 @@ HYMT_TARGET_AMX static void hymt_gemm_q6_k_amx(const uint8_t *w, size_t row_byte
                         _tile_zero(3);
                     }
                     for (int v = 0; v < 4; v++) {
-                        _tile_loadd(4, tl.lo[v], 64);
-                        _tile_loadd(5, tl.hi[v], 64);
+                        _tile_loadd(4, tb->lo[v], 64);
+                        _tile_loadd(5, tb->hi[v], 64);
                         _tile_loadd(6, qk + 1024 * v, 64);
                         _tile_dpbusd(0, 4, 6);
                         _tile_dpbssd(1, 5, 6);
                         if (two) {
-                            _tile_loadd(7, qk + (size_t)nb * 4096 + 1024 * v, 64);
+                            _tile_loadd(7, qk + 4096 + 1024 * v, 64);
                             _tile_dpbusd(2, 4, 7);
                             _tile_dpbssd(3, 5, 7);
                         }
                     }
-                    _tile_stored(0, c[0][0], 64);
-                    _tile_stored(1, c[0][1], 64);
+                    /* the next block's decode before the stores that wait for the last products */
+                    if (k + 2 >= ntp && b + 1 < nb)
+                        for (int i = 0; i < 16; i++)
+                            hymt_q6_k_amx_row(base + (size_t)(i < rows ? i : rows - 1) * row_bytes +
+                                                  (b + 1) * HYMT_Q6_K_BYTES,
+                                              s1, s2, sidx, idx_lo, idx_hi, &tl[(b + 1) % 2], i);
+                    /* the float step of the previous pair while the tile unit runs this one's products */
+                    if (k > 0)
+                        hymt_q6_k_amx_float(c[(k / 2 - 1) % 2], 2, sv + b * 16 * ntt + 16 * (k0 + k - 2), tb->d, rows, acc,
+                                            k - 2);
+                    int32_t(*cp)[2][16][16] = c[(k / 2) % 2];
+                    _tile_stored(0, cp[0][0], 64);
+                    _tile_stored(1, cp[0][1], 64);
                     if (two) {
-                        _tile_stored(2, c[1][0], 64);
-                        _tile_stored(3, c[1][1], 64);
+                        _tile_stored(2, cp[1][0], 64);
+                        _tile_stored(3, cp[1][1], 64);
                     }
-                    for (int kk = k; kk < k + 1 + two; kk++) {
-                        int32_t(*cp)[16][16] = c[kk - k];
-                        const __m512 s = _mm512_load_ps(sv + b * 16 * ntt + 16 * (k0 + kk));
-                        for (int i = 0; i < rows; i++) {
-                            const __m512i A = _mm512_add_epi32(_mm512_load_si512((const void *)cp[0][i]),
-                                                               _mm512_slli_epi32(_mm512_load_si512((const void *)cp[1][i]), 8));
-                            const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(tl.d[i]), s);
-                            float *a = &acc[i][16 * kk];
-                            _mm512_store_ps(a, _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), _mm512_load_ps(a)));
-                        }
-                    }
+                    if (k + 2 >= ntp)
+                        hymt_q6_k_amx_float(cp, 1 + two, sv + b * 16 * ntt + 16 * (k0 + k), tb->d, rows, acc, k);
                 }
             }
             /* acc [row][token] -> y [token][row], 16 × 16 at a time */
