@@ -143,15 +143,33 @@ typedef struct {
     __m512i scp[8];    /* rows 2k, 2k + 1: 128-bit lane L holds the words sc_2k[4L..4L+3], sc_2k+1[4L..4L+3] */
 } hymt_q6_k_rowtile;
 
+/* One lane chain: two vpdpbusd over 8 weights per lane, from start (−32·Σq of those activations) to the
+ * int16-sized Σ (q6 − 32)·q. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_chain(__m512i start, __m512i w0, __m512i q0, __m512i w1, __m512i q1) {
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, w0, q0), w1, q1);
+}
+
+/* Two blocks' (or rows') low and high chains packed side by side as words, scaled by their sub-scale words
+ * scp and folded 2:1 (exact int32). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_scale_pair(__m512i la, __m512i lb, __m512i ha, __m512i hb,
+                                                            __m512i scp) {
+    return _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_packs_epi32(la, lb), scp), _mm512_packs_epi32(ha, hb), scp);
+}
+
+/* Chain h (0: weight vectors 0–1, 1: vectors 2–3) of one block w against one token's activation group g. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_half(const hymt_kq8 *g, const __m512i w[4], int h) {
+    const int8_t *q = g->qs + 128 * h;
+    return hymt_q6_k_chain(_mm512_load_si512((const void *)g->nb32[h]), w[2 * h], _mm512_load_si512((const void *)q),
+                           w[2 * h + 1], _mm512_load_si512((const void *)(q + 64)));
+}
+
 /* Rows a, b (codes wa, wb; sub-scale words scp) × one token's block g: dword 4L + m of the result holds
  * part of A of row a (m < 2) or b (m >= 2); the 8 dwords of a row sum to its A. */
 HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_pair_avx512(const __m512i wa[4], const __m512i wb[4], __m512i scp,
                                                              const __m512i q[4], __m512i n0, __m512i n1) {
-    const __m512i la = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n0, wa[0], q[0]), wa[1], q[1]);
-    const __m512i lb = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n0, wb[0], q[0]), wb[1], q[1]);
-    const __m512i ha = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n1, wa[2], q[2]), wa[3], q[3]);
-    const __m512i hb = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n1, wb[2], q[2]), wb[3], q[3]);
-    return _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_packs_epi32(la, lb), scp), _mm512_packs_epi32(ha, hb), scp);
+    const __m512i la = hymt_q6_k_chain(n0, wa[0], q[0], wa[1], q[1]), lb = hymt_q6_k_chain(n0, wb[0], q[0], wb[1], q[1]);
+    const __m512i ha = hymt_q6_k_chain(n1, wa[2], q[2], wa[3], q[3]), hb = hymt_q6_k_chain(n1, wb[2], q[2], wb[3], q[3]);
+    return hymt_q6_k_scale_pair(la, lb, ha, hb, scp);
 }
 
 /* A of 16 rows with lane = row from the 8 pair vectors (exact int32). Stage 1 (vpermt2d by ie / io, an
@@ -243,24 +261,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
             for (int t = 0; t < T; t++) {
                 const hymt_kq8 *ga = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + 2 * k;
                 const hymt_kq8 *gb = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb;
-                const __m512i la = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->nb32[0]), wq[0][0],
-                                        _mm512_load_si512((const void *)ga->qs)),
-                    wq[0][1], _mm512_load_si512((const void *)(ga->qs + 64)));
-                const __m512i ha = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->nb32[1]), wq[0][2],
-                                        _mm512_load_si512((const void *)(ga->qs + 128))),
-                    wq[0][3], _mm512_load_si512((const void *)(ga->qs + 192)));
-                const __m512i lb = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)gb->nb32[0]), wq[1][0],
-                                        _mm512_load_si512((const void *)gb->qs)),
-                    wq[1][1], _mm512_load_si512((const void *)(gb->qs + 64)));
-                const __m512i hb = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(_mm512_load_si512((const void *)gb->nb32[1]), wq[1][2],
-                                        _mm512_load_si512((const void *)(gb->qs + 128))),
-                    wq[1][3], _mm512_load_si512((const void *)(gb->qs + 192)));
-                pv[t][k] = _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_packs_epi32(la, lb), scp),
-                                               _mm512_packs_epi32(ha, hb), scp);
+                pv[t][k] = hymt_q6_k_scale_pair(hymt_q6_k_half(ga, wq[0], 0), hymt_q6_k_half(gb, wq[1], 0),
+                                                hymt_q6_k_half(ga, wq[0], 1), hymt_q6_k_half(gb, wq[1], 1), scp);
             }
         }
         for (int t = 0; t < T; t++) {
