@@ -451,8 +451,8 @@ class Model:
         """The forward pass over checked, uncancelled segments; None for those cancelled mid-call.
 
         Each sublayer leaves its output in ``delta``; the next RMSNorm adds it to ``hidden`` in the same
-        C call (hidden += delta, then x = RMSNorm(hidden)). A dense layer is two calls into C (attention,
-        FFN: ``ops.Layer``), each running its norm, products and attention without the GIL.
+        C call (hidden += delta, then x = RMSNorm(hidden)). A dense layer is one call into C (``ops.Layer``:
+        attention then FFN, norms, products and attention without the GIL); a HyV3 MoE layer's FFN runs here.
         """
         cfg = self.config
         for segment in segments:
@@ -477,14 +477,13 @@ class Model:
                 hidden, delta, x = hidden[rows], delta[rows], x[rows]
                 live, (positions, bounds) = kept, self._layout(kept)
                 scratch = _Scratch.new(cfg, len(rows))
-            fused = self._layers[layer]
-            fused.attention(
+            dense = isinstance(block.ffn, DenseFFN)
+            self._layers[layer].attention(
                 hidden, delta, x, scratch.q, scratch.k, scratch.v, scratch.attended, positions, bounds,
                 [s.session.keys[layer] for s in live], [s.session.values[layer] for s in live], threads,
+                scratch.ffn if dense else None,
             )  # fmt: skip
-            if isinstance(block.ffn, DenseFFN):
-                fused.dense_ffn(hidden, delta, x, scratch.ffn, threads)
-            else:
+            if not dense:
                 ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
                 self._moe(block.ffn, x, delta)
         live = self._drop_cancelled(live)

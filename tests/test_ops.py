@@ -358,3 +358,64 @@ def test_layer_attention_of_several_sessions_equals_each_alone():
         alone, alone_delta = run(slice(int(bounds[s]), int(bounds[s + 1])), [s], 1)
         np.testing.assert_array_equal(together[bounds[s] : bounds[s + 1]], alone)
         np.testing.assert_array_equal(together_delta[bounds[s] : bounds[s + 1]], alone_delta)
+
+
+def test_layer_prepares_decode_heads_in_tasks_as_in_one_pass():
+    """Segments of at most 4 tokens have their q/k heads normed, rotated and appended inside the attention
+    tasks; a batch with a longer segment does that in one pass first. Both must give the same bits and
+    the same cache rows (test_layer_matches_float64_dense_block checks the values against float64)."""
+    h, H, K, D = 64, 16, 4, 128
+    layer, _, norms, freqs = _dense_layer(h, H, K, D, 96)
+    sessions = [(100, 1), (37, 3), (260, 1), (5, 9)]  # the last one (9 tokens) forces the one-pass path
+    caches = [(rand(300, K * D), rand(300, K * D)) for _ in sessions]
+    bounds = np.cumsum([0] + [rows for _, rows in sessions]).astype(np.int64)
+    positions = np.concatenate([np.arange(p, p + rows) for p, rows in sessions]).astype(np.int64)
+    hidden, delta = rand(int(bounds[-1]), h), rand(int(bounds[-1]), h)
+
+    def run(segs: list[int], threads: int):
+        rows = np.concatenate([np.arange(bounds[s], bounds[s + 1]) for s in segs])
+        m = len(rows)
+        hid, dl = hidden[rows], delta[rows]
+        x, q, k, v, att = (np.empty((m, c), np.float32) for c in (h, H * D, K * D, K * D, H * D))
+        keys = [caches[s][0].copy() for s in segs]
+        values = [caches[s][1].copy() for s in segs]
+        b = np.cumsum([0] + [sessions[s][1] for s in segs]).astype(np.int64)
+        layer.attention(hid, dl, x, q, k, v, att, positions[rows], b, keys, values, threads)
+        return att, q, keys, values
+
+    short = [0, 1, 2]
+    in_tasks = run(short, 2)
+    in_one_pass = run(short + [3], 2)
+    n = int(bounds[3])
+    np.testing.assert_array_equal(in_tasks[0], in_one_pass[0][:n])
+    np.testing.assert_array_equal(in_tasks[1], in_one_pass[1][:n])
+    for s in short:
+        np.testing.assert_array_equal(in_tasks[2][s], in_one_pass[2][s])
+        np.testing.assert_array_equal(in_tasks[3][s], in_one_pass[3][s])
+
+
+def test_layer_attention_with_ffn_equals_two_calls():
+    h, H, K, D, F = 64, 4, 2, 16, 96
+    layer, *_ = _dense_layer(h, H, K, D, F)
+    past, n = 7, 2
+    keys, values = rand(16, K * D), rand(16, K * D)
+    hidden, delta = rand(n, h), rand(n, h)
+    positions = np.arange(past, past + n, dtype=np.int64)
+    bounds = np.array([0, n], np.int64)
+    results = []
+    for merged in (False, True):
+        hid, dl, kc, vc = hidden.copy(), delta.copy(), keys.copy(), values.copy()
+        x, q, k, v, att = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D))
+        ffn = np.empty((n, F), np.float32)
+        if merged:
+            layer.attention(hid, dl, x, q, k, v, att, positions, bounds, [kc], [vc], 2, ffn)
+        else:
+            layer.attention(hid, dl, x, q, k, v, att, positions, bounds, [kc], [vc], 2)
+            layer.dense_ffn(hid, dl, x, ffn, 2)
+        results.append((hid, dl, kc, vc))
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(KernelError, match="ffn must be"):
+        layer.attention(hidden.copy(), delta.copy(), *(np.empty((n, c), np.float32) for c in (h, H * D, K * D,
+                        K * D, H * D)), positions, bounds, [keys.copy()], [values.copy()], 1,
+                        np.empty((n, F + 1), np.float32))  # fmt: skip

@@ -27,6 +27,10 @@
 /* Attention work (multiply-adds of q·k, all segments of a call) below which one thread is faster than
  * waking the others: one decode token at ~64 positions (16 heads × 128 dims) is about this much. */
 #define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 17)
+/* Attention tasks wanted per thread (dynamic schedule): enough that unequal tasks even out. */
+#ifndef HYMT_OPS_ATTENTION_TASKS_PER_THREAD
+#define HYMT_OPS_ATTENTION_TASKS_PER_THREAD 4
+#endif
 /* Key positions per online-softmax step of attention (a multiple of 16, the lane count of its exp). */
 #define HYMT_OPS_ATTENTION_TILE 32
 
@@ -77,17 +81,30 @@ static void hymt_rope_freqs(float base, int64_t D, float *freqs) {
     for (int64_t j = 0; j < D / 2; j++) freqs[j] = powf(base, -(float)(2 * j) / (float)D);
 }
 
-/* NeoX split-half rotation of the heads of one token: pairs (j, j + D/2) rotate by pos * freqs[j]. */
+/* Most rotation pairs per head whose cos/sin one token keeps on the stack (D <= 512); larger heads take
+ * them in chunks of this many pairs. */
+#define HYMT_ROPE_CHUNK 256
+
+/* NeoX split-half rotation of the heads of one token: pairs (j, j + D/2) rotate by pos * freqs[j].
+ * cos/sin of each angle are taken once per token (not once per head), and the rotation of a head is a
+ * loop over contiguous j the compiler vectorizes; each element gets the same operations either way. */
 static inline void hymt_rope_token(float *x, int64_t heads, int64_t D, float pos, const float *freqs) {
-    int64_t half = D / 2;
-    for (int64_t j = 0; j < half; j++) {
-        float angle = pos * freqs[j];
-        float c = cosf(angle), s = sinf(angle);
+    const int64_t half = D / 2;
+    float c[HYMT_ROPE_CHUNK], s[HYMT_ROPE_CHUNK];
+    for (int64_t j0 = 0; j0 < half; j0 += HYMT_ROPE_CHUNK) {
+        const int64_t nj = half - j0 < HYMT_ROPE_CHUNK ? half - j0 : HYMT_ROPE_CHUNK;
+        for (int64_t j = 0; j < nj; j++) {
+            const float angle = pos * freqs[j0 + j];
+            c[j] = cosf(angle);
+            s[j] = sinf(angle);
+        }
         for (int64_t h = 0; h < heads; h++) {
-            float *row = x + h * D;
-            float a = row[j], b = row[j + half];
-            row[j] = a * c - b * s;
-            row[j + half] = a * s + b * c;
+            float *lo = x + h * D + j0, *hi = lo + half;
+            for (int64_t j = 0; j < nj; j++) {
+                const float a = lo[j], b = hi[j];
+                lo[j] = a * c[j] - b * s[j];
+                hi[j] = a * s[j] + b * c[j];
+            }
         }
     }
 }
@@ -101,23 +118,21 @@ static void hymt_rope(float *x, int64_t n, int64_t heads, int64_t D, const int64
 
 /* Per-head RMSNorm and RoPE of q[n, H, D] and k[n, K, D] in place, in the architecture's order:
  * norm_first = 0 (hunyuan-dense): RoPE then norm; norm_first = 1 (hy_v3): norm then RoPE. */
+/* Per-head RMSNorm (weights w[D]) and RoPE of heads x[heads, D] of one token at position pos, in place. */
+static inline void hymt_norm_rope_heads(float *x, int64_t heads, int64_t D, float pos, const float *freqs,
+                                        const float *w, float eps, int norm_first) {
+    if (!norm_first) hymt_rope_token(x, heads, D, pos, freqs);
+    for (int64_t h = 0; h < heads; h++) hymt_rmsnorm_row(x + h * D, w, x + h * D, D, eps);
+    if (norm_first) hymt_rope_token(x, heads, D, pos, freqs);
+}
+
 static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t K, int64_t D, const int64_t *pos,
                               const float *freqs, const float *q_norm, const float *k_norm, float eps,
                               int norm_first, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (n * (H + K) * D >= HYMT_OPS_PARALLEL_WORK)
     for (int64_t t = 0; t < n; t++) {
-        float *qt = q + t * H * D, *kt = k + t * K * D;
-        float p = (float)pos[t];
-        if (!norm_first) {
-            hymt_rope_token(qt, H, D, p, freqs);
-            hymt_rope_token(kt, K, D, p, freqs);
-        }
-        for (int64_t h = 0; h < H; h++) hymt_rmsnorm_row(qt + h * D, q_norm, qt + h * D, D, eps);
-        for (int64_t h = 0; h < K; h++) hymt_rmsnorm_row(kt + h * D, k_norm, kt + h * D, D, eps);
-        if (norm_first) {
-            hymt_rope_token(qt, H, D, p, freqs);
-            hymt_rope_token(kt, K, D, p, freqs);
-        }
+        hymt_norm_rope_heads(q + t * H * D, H, D, (float)pos[t], freqs, q_norm, eps, norm_first);
+        hymt_norm_rope_heads(k + t * K * D, K, D, (float)pos[t], freqs, k_norm, eps, norm_first);
     }
 }
 
@@ -131,10 +146,14 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
  *   keys are taken in tiles of HYMT_OPS_ATTENTION_TILE positions at absolute positions 0, T, 2T, ...
  *   (the last tile ends at the row's own position); per tile, an online softmax:
  *     m' = max(m, max_p score_p)            (the first tile: m' = its max, no rescaling)
- *     c = e^(m − m');  sum = sum·c;  out = out·c
- *     e_p = e^(score_p − m');  sum += e_p in position order;  out += e_p · v_p in position order
- *   finally out = out · (1/sum).
- * e^x is hymt_exp16 (vec16.h), element-wise, so its vector width does not matter.
+ *     c = e^(m − m');  sum16 = sum16·c;  out = out·c
+ *     e_p = e^(score_p − m');  out += e_p · v_p in position order;
+ *     sum16 += (E_0 + E_1 + ... in order), E_j the 16 lanes e_p of positions p0 + 16j + l (lane l), 0 for
+ *     positions past the row's last key       (the first tile: sum16 = that chunk sum, no rescaling)
+ *   finally out = out · (1/hsum16(sum16)).
+ * e^x is hymt_exp16 (vec16.h), element-wise, so its vector width does not matter. The 16-lane running sum
+ * and the lane-wise max keep a tile's softmax in vector registers: a scalar running sum over the tile's
+ * positions was a 32-add dependency chain per query head and tile, about a third of a decode's compute.
  * Why tiles: one pass over K and V instead of storing every score, and a tile of K/V rows stays in L1
  * while all the queries of a task (HYMT_OPS_ATTENTION_QUERIES consecutive tokens × the query heads of a
  * kv head) use it, so a prefill reads each key and value row once per block of tokens, not once per
@@ -161,6 +180,24 @@ static inline __attribute__((always_inline)) float hymt_hsum16(hymt_v16f a) {
                        __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
     const hymt_v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
     return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* The largest lane (exact: the order of a max does not change its value). */
+static inline __attribute__((always_inline)) float hymt_hmax16(hymt_v16f a) {
+    hymt_v16f b = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    a = hymt_select16(b > a, b, a);
+    b = __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    a = hymt_select16(b > a, b, a);
+    b = __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    a = hymt_select16(b > a, b, a);
+    b = __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    a = hymt_select16(b > a, b, a);
+    return a[0];
+}
+
+/* Lane indices 0..15. */
+static inline __attribute__((always_inline)) hymt_v16i hymt_iota16(void) {
+    return (hymt_v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 }
 
 /* scores[g * T] = score of query heads q[gn, D] (gn <= 4, a constant after inlining) against key k[D]:
@@ -262,8 +299,9 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
 
 /* One attention task: tokens [t0, t1) of one segment (absolute positions start + t) and kv heads
  * [kv0, kv1), each with the H/K query heads sharing it; q and out are the segment's [n, H, D] rows.
- * scratch: rows · (T + 2) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
- * running max [rows] and sum [rows], then 16 floats so hymt_bcast16 may load 16 from any of them. Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
+ * scratch: rows · (T + 17) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
+ * running 16-lane sums [rows, 16] and max [rows], then 16 floats so hymt_bcast16 may load 16 from any max.
+ * Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
  * Keys and values are read only at positions < start + t + 1 of each token. CW: see
  * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
@@ -272,7 +310,7 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
     enum { T = HYMT_OPS_ATTENTION_TILE };
     const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
-    float *scores = scratch, *maxs = scratch + rows * T, *sums = maxs + rows;
+    float *scores = scratch, *sums = scratch + rows * T, *maxs = sums + rows * 16;
     for (int64_t t = t0; t < t1; t++)
         memset(out + (t * H + kv0 * group) * D, 0, (size_t)(kvn * group * D) * sizeof(float));
     /* the first tile's rows of every kv head of the task, a cache line at a time: the loop below
@@ -327,30 +365,42 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                 const int64_t p1 = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* this token's keys */
                 const int64_t r0 = ((t - t0) * kvn + kv - kv0) * group;
                 float *o = out + (t * H + kv * group) * D;
+                const int64_t keys_in = p1 - p0; /* 1..T */
                 for (int64_t g = 0; g < group; g++) {
                     float *s = scores + (r0 + g) * T;
-                    float m = s[0];
-                    for (int64_t p = 1; p < p1 - p0; p++) m = s[p] > m ? s[p] : m;
-                    float sum = 0.0f;
+                    /* the lanes past a partial tile's last key hold stale values: make them a real score, so
+                     * they leave the max alone and no lane leaves the exp's range (a clamp inside the exp
+                     * cost a quarter of the prefill time); their e^x is masked to 0 below */
+                    for (int64_t p = keys_in; p < T; p++) s[p] = s[0];
+                    hymt_v16f mx = hymt_load16(s);
+                    for (int64_t p = 16; p < T; p += 16) {
+                        const hymt_v16f b = hymt_load16(s + p);
+                        mx = hymt_select16(b > mx, b, mx);
+                    }
+                    float m = hymt_hmax16(mx);
+                    float *sum16 = sums + (r0 + g) * 16;
+                    float c = 0.0f;
                     if (p0 > 0) {
                         const float prev = maxs[r0 + g];
                         m = m > prev ? m : prev;
-                        const float c = hymt_exp16(hymt_splat16(prev - m))[0];
-                        sum = sums[r0 + g] * c;
+                        c = hymt_exp16(hymt_splat16(prev - m))[0];
                         float *og = o + g * D;
+                        const hymt_v16f cv = hymt_splat16(c);
                         int64_t d = 0;
-                        for (; d + 16 <= D; d += 16) hymt_store16(og + d, hymt_load16(og + d) * hymt_splat16(c));
+                        for (; d + 16 <= D; d += 16) hymt_store16(og + d, hymt_load16(og + d) * cv);
                         for (; d < D; d++) og[d] *= c;
                     }
                     maxs[r0 + g] = m;
-                    /* the lanes past a partial tile's last key hold stale values: make them e^0, so no lane
-                     * leaves the exp's range (a clamp inside the exp cost a quarter of the prefill time) */
-                    for (int64_t p = p1 - p0; p < T; p++) s[p] = m;
                     const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
-                    for (int64_t p = 0; p < T; p += 16)
-                        hymt_store16(s + p, hymt_exp16(hymt_load16(s + p) - mv));
-                    for (int64_t p = 0; p < p1 - p0; p++) sum += s[p];
-                    sums[r0 + g] = sum;
+                    hymt_v16f tile_sum = hymt_splat16(0.0f);
+                    for (int64_t p = 0; p < T; p += 16) {
+                        const hymt_v16i live = hymt_iota16() < (int32_t)(keys_in - p);
+                        const hymt_v16f e =
+                            hymt_select16(live, hymt_exp16(hymt_load16(s + p) - mv), hymt_splat16(0.0f));
+                        hymt_store16(s + p, e);
+                        tile_sum = p == 0 ? e : tile_sum + e;
+                    }
+                    hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_splat16(c) + tile_sum : tile_sum);
                 }
                 const float *v = values + kv * D;
                 int64_t g = 0;
@@ -364,7 +414,8 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
     for (int64_t t = t0; t < t1; t++)
         for (int64_t kv = kv0; kv < kv1; kv++)
             for (int64_t g = 0; g < group; g++) {
-                const float inv = 1.0f / sums[((t - t0) * kvn + kv - kv0) * group + g];
+                const int64_t r = ((t - t0) * kvn + kv - kv0) * group + g;
+                const float inv = 1.0f / hymt_hsum16(hymt_load16(sums + r * 16));
                 float *o = out + (t * H + kv * group + g) * D;
                 int64_t d = 0;
                 for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_splat16(inv));
@@ -406,19 +457,62 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_atten
 }
 #endif
 
+/* The work before attention that hymt_attention_segments can take over: per-head RMSNorm and RoPE of the
+ * new tokens' query and key heads (hymt_qk_norm_rope) and the append of their keys and values to the
+ * caches. q, k: [N, H, D] / [N, K, D] un-normed rows, prepared in place (q is the attention's q); v: [N, K, D];
+ * positions: [N]; key_caches / value_caches: [S] writable caches (the attention's keys / values). */
+typedef struct {
+    float *q;
+    float *k;
+    const float *v;
+    float *const *key_caches;
+    float *const *value_caches;
+    const int64_t *positions;
+    const float *freqs;  /* [D/2] */
+    const float *q_norm; /* [D] */
+    const float *k_norm; /* [D] */
+    float eps;
+    int norm_first;
+} hymt_attention_prep;
+
+/* prep's work for tokens [t0, t1) of segment s (batch rows row0 + t, cache rows start + t) and kv heads
+ * [kv0, kv1) with their query heads: the same operations per element as hymt_qk_norm_rope and a copy. */
+static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, int64_t start, int64_t row0,
+                                   int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
+                                   int64_t D) {
+    const int64_t group = H / K;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t r = row0 + t;
+        const float pos = (float)prep->positions[r];
+        float *kr = prep->k + (r * K + kv0) * D;
+        hymt_norm_rope_heads(prep->q + (r * H + kv0 * group) * D, (kv1 - kv0) * group, D, pos, prep->freqs,
+                             prep->q_norm, prep->eps, prep->norm_first);
+        hymt_norm_rope_heads(kr, kv1 - kv0, D, pos, prep->freqs, prep->k_norm, prep->eps, prep->norm_first);
+        memcpy(prep->key_caches[s] + ((start + t) * K + kv0) * D, kr, (size_t)((kv1 - kv0) * D) * sizeof(float));
+        memcpy(prep->value_caches[s] + ((start + t) * K + kv0) * D, prep->v + (r * K + kv0) * D,
+               (size_t)((kv1 - kv0) * D) * sizeof(float));
+    }
+}
+
 /* Causal grouped-query attention for S segments (sessions) in one parallel region. Segment s has rows[s]
  * new tokens at positions starts[s].. whose keys and values are already in its cache; its queries and
  * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [cap, K, D] (cap >=
  * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (block of up to
  * HYMT_OPS_ATTENTION_QUERIES consecutive tokens of a segment, run of kv heads) over all segments: a block's
- * kv heads are split into as few runs as still give every thread work. One region for the whole batch
+ * kv heads are split into as few runs as still give every thread HYMT_OPS_ATTENTION_TASKS_PER_THREAD tasks.
+ * One region for the whole batch
  * matters when several sessions decode together: one token each is too little work to share alone,
  * together it is not. Each query row computes exactly as alone (see above), so results do not depend on
  * the batch, the blocks or the thread count. isa: the kernel family (enum hymt_isa numbering: 0 scalar,
- * 1 avx2, 2 avx512). Returns -1 if scratch allocation failed. */
+ * 1 avx2, 2 avx512). prep (or NULL: done by the caller, the caches already hold the new keys and values):
+ * when every segment is one block (decode, up to HYMT_OPS_ATTENTION_QUERIES tokens), each task prepares its
+ * own tokens' heads and cache rows right before using them — the only new keys a task reads are its own —
+ * so that work runs in the parallel region on rows still in cache, not in a serial pass before it;
+ * otherwise it runs first, over all rows. Returns -1 if scratch allocation failed. */
 static int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
                                    const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                   int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
+                                   int64_t H, int64_t K, int64_t D, float *out, int threads, int isa,
+                                   const hymt_attention_prep *prep) {
     hymt_attention_task_fn task_fn = hymt_attention_task_generic;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (isa == 1) task_fn = hymt_attention_task_avx2;
@@ -434,22 +528,30 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
         work += (double)rows[s] * (double)(H * (starts[s] + rows[s]) * D);
     }
     if (blocks == 0) return 0;
+    if (prep != NULL && blocks > S) { /* a segment of several blocks: its tasks read each other's new keys */
+        for (int64_t s = 0; s < S; s++)
+            hymt_attention_prepare(prep, s, starts[s], row0[s], 0, rows[s], 0, K, H, K, D);
+        prep = NULL;
+    }
     int64_t *block = (int64_t *)malloc((size_t)(2 * blocks) * sizeof(int64_t)); /* [blocks, 2]: segment, t0 */
     if (block == NULL) return -1;
     for (int64_t s = 0, b = 0; s < S; s++)
         for (int64_t t = 0; t < rows[s]; t += QB, b++) block[2 * b] = s, block[2 * b + 1] = t;
     int failed = 0;
     const int parallel = threads > 1 && work >= (double)HYMT_OPS_ATTENTION_PARALLEL_WORK;
-    int64_t runs = parallel && blocks < threads ? (threads + blocks - 1) / blocks : 1; /* kv-head runs per block */
+    /* kv-head runs per block: at least HYMT_OPS_ATTENTION_TASKS_PER_THREAD tasks a thread, so sessions of
+     * different lengths (a decode task's work is its session's length) still share the threads evenly */
+    const int64_t want = HYMT_OPS_ATTENTION_TASKS_PER_THREAD * threads;
+    int64_t runs = parallel && blocks < want ? (want + blocks - 1) / blocks : 1;
     runs = runs < K ? runs : K;
     const int64_t per = (K + runs - 1) / runs; /* kv heads per run */
     runs = (K + per - 1) / per;
 #pragma omp parallel num_threads(threads) if (parallel)
     {
-        /* [QB · per · group, T + 2] and 16 floats for hymt_bcast16 past the last score; zeroed so the
+        /* [QB · per · group, T + 17] and 16 floats for hymt_bcast16 past the last score; zeroed so the
          * unused lanes of a partial tile's exp are defined */
         float *scratch =
-            (float *)calloc((size_t)(QB * per * group * (HYMT_OPS_ATTENTION_TILE + 2) + 16), sizeof(float));
+            (float *)calloc((size_t)(QB * per * group * (HYMT_OPS_ATTENTION_TILE + 17) + 16), sizeof(float));
         if (scratch == NULL) {
 #pragma omp atomic write
             failed = 1;
@@ -460,6 +562,7 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
             const int64_t b = task / runs, kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
             if (scratch == NULL) continue;
             const int64_t s = block[2 * b], t0 = block[2 * b + 1], t1 = t0 + QB < rows[s] ? t0 + QB : rows[s];
+            if (prep != NULL) hymt_attention_prepare(prep, s, starts[s], row0[s], t0, t1, kv0, kv1, H, K, D);
             task_fn(q + row0[s] * H * D, keys[s], values[s], starts[s], t0, t1, kv0, kv1, H, K, D, scratch,
                     out + row0[s] * H * D);
         }
@@ -473,7 +576,7 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
 static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
                           int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
     const int64_t row0 = 0;
-    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads, isa);
+    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads, isa, NULL);
 }
 
 static inline float hymt_sigmoid(float x) {

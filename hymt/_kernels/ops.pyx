@@ -24,9 +24,22 @@ cdef extern from "ops.h" nogil:
                            int norm_first, int threads)
     int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n, int64_t H,
                        int64_t K, int64_t D, float *out, int threads, int isa)
+    ctypedef struct hymt_attention_prep:
+        float *q
+        float *k
+        const float *v
+        float *const *key_caches
+        float *const *value_caches
+        const int64_t *positions
+        const float *freqs
+        const float *q_norm
+        const float *k_norm
+        float eps
+        int norm_first
     int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
                                 const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                int64_t H, int64_t K, int64_t D, float *out, int threads, int isa)
+                                int64_t H, int64_t K, int64_t D, float *out, int threads, int isa,
+                                const hymt_attention_prep *prep)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
 
@@ -219,12 +232,14 @@ cdef class Layer:
 
     def attention(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
                   float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended, const int64_t[::1] positions,
-                  const int64_t[::1] bounds, list keys, list values, int threads=1):
+                  const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None):
         """hidden += delta; x = RMSNorm(hidden); delta = W_o · attention(x) over N batch rows.
 
         hidden, delta, x: [N, h]; scratch q, attended: [N, H*D]; k, v: [N, K*D]; positions: [N].
         Segment s (one session) holds rows bounds[s]..bounds[s+1]-1 (bounds: [S+1] from 0 to N); its rows
         are appended to keys[s] / values[s] ([capacity, K*D] float32) from row positions[bounds[s]] on.
+        With ffn ([N, F] scratch) the block's dense FFN follows in the same call (as ``dense_ffn``): one
+        call per layer, one return to Python fewer.
         """
         cdef int64_t n = hidden.shape[0], S = bounds.shape[0] - 1, h = self.h, H = self.H, K = self.K
         cdef int64_t D = self.D, kvw = K * D, s, r0, rows, start
@@ -239,6 +254,11 @@ cdef class Layer:
             raise KernelError("layer: invalid segments")
         if bounds[0] != 0 or bounds[S] != n:
             raise KernelError("layer: invalid segments")
+        cdef bint with_ffn = ffn is not None
+        if with_ffn:
+            if not self.dense:
+                raise KernelError("layer: no dense FFN")
+            _check_rows(ffn, n, self.F, "ffn")
         # caches: [S] key then [S] value cache pointers, each [capacity, K*D]; segs: [S] starts, row0, rows
         cdef float **caches = <float **>malloc(2 * S * sizeof(float *))
         cdef int64_t *segs = <int64_t *>malloc(3 * S * sizeof(int64_t))
@@ -248,6 +268,7 @@ cdef class Layer:
             raise MemoryError("layer cache pointers")
         cdef float[:, ::1] kc, vc
         cdef int status = 0, isa = _active_isa()
+        cdef hymt_attention_prep prep
         try:
             for s in range(S):
                 r0, rows = bounds[s], bounds[s + 1] - bounds[s]
@@ -264,19 +285,19 @@ cdef class Layer:
                 status = _mm.qkv(self.wq.f, self.wq.w, self.wq.rows, self.wk.f, self.wk.w, self.wk.rows,
                                  self.wv.f, self.wv.w, self.wv.rows, h, &x[0, 0], n, &q[0, 0], &k[0, 0],
                                  &v[0, 0], self.float_path)
-                hymt_qk_norm_rope(&q[0, 0], &k[0, 0], n, H, K, D, &positions[0], self.freqs, self.q_norm,
-                                  self.k_norm, self.eps, self.norm_first, threads)
-                for s in range(S):
-                    r0, rows = bounds[s], bounds[s + 1] - bounds[s]
-                    start = positions[r0]
-                    memcpy(caches[s] + start * kvw, &k[r0, 0], rows * kvw * sizeof(float))
-                    memcpy(caches[S + s] + start * kvw, &v[r0, 0], rows * kvw * sizeof(float))
+                prep.q, prep.k, prep.v = &q[0, 0], &k[0, 0], &v[0, 0]
+                prep.key_caches, prep.value_caches = caches, caches + S
+                prep.positions, prep.freqs = &positions[0], self.freqs
+                prep.q_norm, prep.k_norm = self.q_norm, self.k_norm
+                prep.eps, prep.norm_first = self.eps, self.norm_first
                 status |= hymt_attention_segments(&q[0, 0], <const float *const *>caches,
                                                   <const float *const *>(caches + S), segs, segs + S,
                                                   segs + 2 * S, S, H, K, D, &attended[0, 0], threads,
-                                                  isa)
+                                                  isa, &prep)
                 status |= _mm.matmul(self.wo.f, self.wo.w, h, H * D, &attended[0, 0], n, &delta[0, 0],
                                      self.float_path)
+                if with_ffn:
+                    status |= self._ffn(&hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
         finally:
             free(caches)
             free(segs)
@@ -300,10 +321,15 @@ cdef class Layer:
             return
         cdef int status
         with nogil:
-            hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.ffn_norm, &x[0, 0], n, h, self.eps,
-                                  threads)
-            status = _mm.gate_up_silu(self.gate.f, self.gate.w, self.up.f, self.up.w, F, h, &x[0, 0], n,
-                                      &ffn[0, 0], self.float_path)
-            status |= _mm.matmul(self.down.f, self.down.w, h, F, &ffn[0, 0], n, &delta[0, 0], self.float_path)
+            status = self._ffn(&hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
         if status:
             raise MemoryError("kernel scratch allocation failed")
+
+    cdef int _ffn(self, float *hidden, float *delta, float *x, float *ffn, int64_t n, int threads) noexcept nogil:
+        """The dense FFN on checked [n, h] / [n, F] buffers; nonzero if a kernel's scratch failed."""
+        cdef int64_t h = self.h, F = self.F
+        hymt_add_rmsnorm_rows(hidden, delta, self.ffn_norm, x, n, h, self.eps, threads)
+        cdef int status = _mm.gate_up_silu(self.gate.f, self.gate.w, self.up.f, self.up.w, F, h, x, n, ffn,
+                                           self.float_path)
+        status |= _mm.matmul(self.down.f, self.down.w, h, F, ffn, n, delta, self.float_path)
+        return status
