@@ -460,7 +460,8 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_atten
 /* The work before attention that hymt_attention_segments can take over: per-head RMSNorm and RoPE of the
  * new tokens' query and key heads (hymt_qk_norm_rope) and the append of their keys and values to the
  * caches. q, k: [N, H, D] / [N, K, D] un-normed rows, prepared in place (q is the attention's q); v: [N, K, D];
- * positions: [N]; key_caches / value_caches: [S] writable caches (the attention's keys / values). */
+ * positions: [N]; key_caches / value_caches: [S] writable caches (the attention's keys / values). The
+ * segments' rows must be consecutive (row0[s + 1] = row0[s] + rows[s], row0[0] = 0). */
 typedef struct {
     float *q;
     float *k;
@@ -529,8 +530,15 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
     }
     if (blocks == 0) return 0;
     if (prep != NULL && blocks > S) { /* a segment of several blocks: its tasks read each other's new keys */
-        for (int64_t s = 0; s < S; s++)
-            hymt_attention_prepare(prep, s, starts[s], row0[s], 0, rows[s], 0, K, H, K, D);
+        const int64_t n = row0[S - 1] + rows[S - 1];
+        hymt_qk_norm_rope(prep->q, prep->k, n, H, K, D, prep->positions, prep->freqs, prep->q_norm, prep->k_norm,
+                          prep->eps, prep->norm_first, threads);
+        for (int64_t s = 0; s < S; s++) {
+            memcpy(prep->key_caches[s] + starts[s] * K * D, prep->k + row0[s] * K * D,
+                   (size_t)(rows[s] * K * D) * sizeof(float));
+            memcpy(prep->value_caches[s] + starts[s] * K * D, prep->v + row0[s] * K * D,
+                   (size_t)(rows[s] * K * D) * sizeof(float));
+        }
         prep = NULL;
     }
     int64_t *block = (int64_t *)malloc((size_t)(2 * blocks) * sizeof(int64_t)); /* [blocks, 2]: segment, t0 */
