@@ -482,6 +482,13 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
                                    int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
                                    int64_t D) {
     const int64_t group = H / K;
+    /* the cache rows about to be written, for writing: their read-for-ownership misses (the rows are new,
+     * nothing has touched them) overlap the norms and rotations below instead of stalling the copies */
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t d = kv0 * D; d < kv1 * D; d += 16) {
+            __builtin_prefetch(prep->key_caches[s] + (start + t) * K * D + d, 1);
+            __builtin_prefetch(prep->value_caches[s] + (start + t) * K * D + d, 1);
+        }
     for (int64_t t = t0; t < t1; t++) {
         const int64_t r = row0 + t;
         const float pos = (float)prep->positions[r];
