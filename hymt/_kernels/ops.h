@@ -27,10 +27,6 @@
 /* Attention work (multiply-adds of q·k, all segments of a call) below which one thread is faster than
  * waking the others: one decode token at ~64 positions (16 heads × 128 dims) is about this much. */
 #define HYMT_OPS_ATTENTION_PARALLEL_WORK (1 << 17)
-/* Attention tasks wanted per thread (dynamic schedule): enough that unequal tasks even out. */
-#ifndef HYMT_OPS_ATTENTION_TASKS_PER_THREAD
-#define HYMT_OPS_ATTENTION_TASKS_PER_THREAD 4
-#endif
 /* Key positions per online-softmax step of attention (a multiple of 16, the lane count of its exp). */
 #define HYMT_OPS_ATTENTION_TILE 32
 
@@ -507,8 +503,10 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
  * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [cap, K, D] (cap >=
  * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (block of up to
  * HYMT_OPS_ATTENTION_QUERIES consecutive tokens of a segment, run of kv heads) over all segments: a block's
- * kv heads are split into as few runs as still give every thread HYMT_OPS_ATTENTION_TASKS_PER_THREAD tasks.
- * One region for the whole batch
+ * kv heads are split into as few runs as still give every thread work (a task reads whole cache rows where
+ * it can: splitting 4 decoding sessions' kv heads over 2 threads, 8 tasks instead of 4, doubled the attention's
+ * share of decode samples — each core's prefetchers also fetch the other half of every row). One region for
+ * the whole batch
  * matters when several sessions decode together: one token each is too little work to share alone,
  * together it is not. Each query row computes exactly as alone (see above), so results do not depend on
  * the batch, the blocks or the thread count. isa: the kernel family (enum hymt_isa numbering: 0 scalar,
@@ -554,10 +552,7 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
         for (int64_t t = 0; t < rows[s]; t += QB, b++) block[2 * b] = s, block[2 * b + 1] = t;
     int failed = 0;
     const int parallel = threads > 1 && work >= (double)HYMT_OPS_ATTENTION_PARALLEL_WORK;
-    /* kv-head runs per block: at least HYMT_OPS_ATTENTION_TASKS_PER_THREAD tasks a thread, so sessions of
-     * different lengths (a decode task's work is its session's length) still share the threads evenly */
-    const int64_t want = HYMT_OPS_ATTENTION_TASKS_PER_THREAD * threads;
-    int64_t runs = parallel && blocks < want ? (want + blocks - 1) / blocks : 1;
+    int64_t runs = parallel && blocks < threads ? (threads + blocks - 1) / blocks : 1; /* kv-head runs per block */
     runs = runs < K ? runs : K;
     const int64_t per = (K + runs - 1) / runs; /* kv heads per run */
     runs = (K + per - 1) / per;
