@@ -190,7 +190,11 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * position of the prefetches in the step matters as much as the distance (same lines, layer cycle from
  * a 1 GB pool, n = 1, one thread, medians of alternated runs): main's burst of 18 prefetches after the
  * step's loads (a line repeated per step) 11.0–11.5 GB/s; one per line, burst after the loads 10.8–11.1,
- * before the loads 9.3, after the j loop 9.3, in the middle of it 10.0; one per j iteration 12.7–12.8. */
+ * before the loads 9.3, after the j loop 9.3, in the middle of it 10.0; one per j iteration 12.7–12.8
+ * (n = 2 +8–12 %, n = 4 +2–4 %, n = 8 same; cache-resident within noise). Two threads (a shared machine,
+ * few undisturbed runs): 20.5 → 22.0 GB/s. Tried, worse at one thread: T0 −15 %, NTA −60 %, every 2nd or
+ * 4th line only (the hardware prefetchers do not fill in: no prefetch at all runs at 5.4) −25 to −35 %,
+ * a whole tile in one burst −25 %, T0 of the next step's 16 rows −10 %, a T0 run-ahead 2–8 KB besides. */
 #define Q2C_PREFETCH_TILES 2
 
 /* The 4 int8 activations at q in every dword lane. */
