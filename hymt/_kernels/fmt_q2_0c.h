@@ -194,7 +194,8 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * (n = 2 +8–12 %, n = 4 +2–4 %, n = 8 same; cache-resident within noise). Two threads (a shared machine,
  * few undisturbed runs): 20.5 → 22.0 GB/s. Tried, worse at one thread: T0 −15 %, NTA −60 %, every 2nd or
  * 4th line only (the hardware prefetchers do not fill in: no prefetch at all runs at 5.4) −25 to −35 %,
- * a whole tile in one burst −25 %, T0 of the next step's 16 rows −10 %, a T0 run-ahead 2–8 KB besides. */
+ * a whole tile in one burst −25 %, T0 of the next step's 16 rows −10 %, a T0 run-ahead 2–4 KB besides
+ * −17 to −25 % (8 KB: same); not stopping at the call's end +2 % at one thread, −2 % at two. */
 #define Q2C_PREFETCH_TILES 2
 
 /* The 4 int8 activations at q in every dword lane. */
