@@ -32,8 +32,14 @@
  *     fold + row shuffles       2.1 (1.1 p5)             2.1 (1.1 p5)
  *     scales, float epilogue    ~0.7                     ~0.7
  * (p5: ≈ 7.1 → 6.1 of ≈ 15.8 → 13.8; llvm-mca's Ice Lake model: 153 → 120 cycles per 16-row block;
- * the broadcast loads are pure loads.) The next tile (16 rows on) is prefetched while this one is
- * decoded.
+ * the broadcast loads are pure loads.) Measured on one 2048-column matrix of 4096 rows (L2-resident),
+ * old and new alternated in one process, fastest calls: 1 thread 16.3 → 18.3 GB/s at n = 1, 11.6 →
+ * 12.5 at n = 2, 8.6 → 9.4 at n = 3; 2 threads 29.4 → 34.6 at n = 1. Tried without gain: two rows per
+ * vector (row pairs in the 256-bit halves: half the fold and sign work, but an insert and a blend per
+ * pair; equal at n = 1, 5-10 % slower at n = 2, 3), planes 2, 3 by gf2p8affineqb (p0) from one
+ * codebook-byte vpermb (one op more per row-block: 5 % slower), the block's epilogue deferred into
+ * the next block, L1 prefetch of the next block, GCC's pre-RA scheduling. The next tile (16 rows on)
+ * is prefetched while this one is decoded.
  * AVX-512BW (no VBMI): the same nibbles, the sign bits as a byte mask (vpshufb spread + vptestmb),
  * two vpshufb per plane (sign-0 / sign-1 tables).
  * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
