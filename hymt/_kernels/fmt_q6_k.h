@@ -106,24 +106,17 @@ static void hymt_gemm_q6_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 }
 
 #if defined(HYMT_X86)
-/* The constants of hymt_q6_k_unpack_avx512: the nibble mask, the high-bit mask and the shift counts that
- * bring plane p's qh bits 2p..2p+1 to bits 4..5 (qh is shared by the two 32-byte halves of a ql vector). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_consts(__m512i uk[4]) {
-    uk[0] = _mm512_set1_epi8(0x0F);
-    uk[1] = _mm512_set1_epi8(0x30);
-    uk[2] = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* p=0|1 */
-    uk[3] = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1); /* p=2|3 */
-}
-
 /* The codes of one block in the kq layout (kquant_common.h): wq[v] byte 4j + e = code of weight 16j + 4v + e. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, const __m512i uk[4], const __m512i s1[4],
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, const __m512i s1[4],
                                                             const __m512i s2[2], __m512i wq[4]) {
-    const __m512i m4 = uk[0], m30 = uk[1], shl_lo = uk[2], shr_hi = uk[3];
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    /* qh is shared by the two 32-byte halves of a ql vector: plane p needs its bits 2p..2p+1 at 4..5 */
+    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* p=0|1 */
+    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1); /* p=2|3 */
     __m512i n[4];
     for (int c = 0; c < 2; c++) {
         __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * c));
         __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c)));
-        __asm__("" : "+v"(ql)); /* one load (often split across lines) for both nibble planes */
         n[2 * c] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, shl_lo), m30, 0xF8);
         n[2 * c + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                                  _mm512_srlv_epi16(qh, shr_hi), m30, 0xF8);
@@ -199,14 +192,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m5
  * (vpackssdw, exact) and one vpmaddwd + one vpdpwssd by the pair's sub-scale words apply sc_j and fold two
  * chunks at once, leaving each block's A in 8 dwords of one vector; the group's 4 pair vectors are summed
  * by a 12-operation transpose-add into one lane per block (hymt_q6_k_blocks8). The float steps of the
- * group then run block by block (d × s and the fma, the definition's order), deferred until the integer
- * part of the next group (of the same or the next row) is issued: the sums of a group end in a chain of
- * ~70 cycles (the last dot chains, the transpose-add, eight dependent fmas) that otherwise stalls the end
- * of every 8-block row. The rows loop lives in the kernel for that; the unpack constants are made opaque
- * there so that the compiler keeps them in registers instead of rebuilding them per block (~8
- * instructions of ~80 per block at n = 1; the kernel is issue-bound when the weights are in L2).
- * Measured hot (512 rows in L2, one thread, min of 400 alternated calls, ns per block): n = 1 7.6 -> 6.5,
- * n = 2 9.8 -> 8.3, n = 3 12.3 -> 10.9, n = 4 14.1 -> 13.7 (the deferral alone: −2..5 % at n = 1..3).
+ * group then run block by block (d × s and the fma, the definition's order). acc [T].
  * Measured (medians of alternated runs against main's per-chunk float kernel): hot (1024 head rows, one
  * thread) n = 1 0.95–1.0 of main's time, n = 2 1.0, n = 4 1.03; streaming the 120818-row head from DRAM
  * (two threads, the layer products evicting it between calls) n = 1–4 0.95–0.98. The previous
@@ -244,89 +230,56 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_pair_idx(__m512i *ie, __m512i *io)
     *io = _mm512_loadu_si512((const void *)ix[1]);
 }
 
-/* The float steps of one group (blocks pb.. pb + pn of row pr; d dd[block], A af[token][block]) in the
- * definition's order; the row's outputs after its last group. acc [token]. */
-HYMT_INLINE void hymt_q6_k_gemv_float(const uint8_t *a0, size_t act_stride, int64_t nb, const float dd[8],
-                                      const float (*af)[8], int64_t pr, int64_t pb, int pn, float *acc, float *y,
-                                      int64_t y_stride, const int T) {
-    for (int t = 0; t < T; t++) {
-        const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + pb;
-        for (int kb = 0; kb < pn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
-    }
-    if (pb + 8 >= nb)
-        for (int t = 0; t < T; t++) {
-            y[t * y_stride + pr] = acc[t];
-            acc[t] = 0.0f;
-        }
-}
-
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                          const uint8_t *a0, size_t act_stride, int64_t nb, float *y,
-                                                          int64_t y_stride, const int T) {
-    __m512i s1[4], s2[2], ie, io;
-    /* opaque to the compiler, so that it keeps them in registers instead of rebuilding them per block */
-    __m512i uk[4];
-    hymt_q6_k_unpack_consts(uk);
-    for (int i = 0; i < 4; i++) __asm__("" : "+v"(uk[i]));
-    hymt_kq_perms_avx512(s1, s2);
-    hymt_q6_k_pair_idx(&ie, &io);
-    /* groups in flight: [parity] the group's d, [parity][token][block] its A; the float step of a group
-     * runs after the integer part of the next one (its row, first block and block count in pr, pb, pn) */
-    float dd[2][8], af[2][HYMT_Q6_K_GEMV_MAX][8];
-    float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] of row pr */
-    int64_t pr = -1, pb = 0;
-    int pn = 0, par = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = w + (size_t)r * row_bytes;
-        for (int64_t b0 = 0; b0 < nb; b0 += 8, par ^= 1) {
-            const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
-            __m512i pv[HYMT_Q6_K_GEMV_MAX][4]; /* [token][block pair] */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
+                                                          int64_t nb, const __m512i s1[4], const __m512i s2[2],
+                                                          __m512i ie, __m512i io, float *acc, const int T) {
+    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8]; /* the group's d; [token][block] its A */
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        __m512i pv[HYMT_Q6_K_GEMV_MAX][4]; /* [token][block pair] */
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                __m512i wq[2][4], sc32[2];
-                for (int e = 0; e < 2; e++) {
-                    const int kb = 2 * k + e;
-                    if (kb < kn) {
-                        const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
-                        for (int i = 0; i < 256; i += 64) {
-                            __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L1 + i, 0, 3);
-                            __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L2 + i, 0, 2);
-                        }
-                        hymt_q6_k_unpack_avx512(blk, uk, s1, s2, wq[e]);
-                        sc32[e] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
-                        dd[par][kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
-                    } else { /* past the row: zero codes and scales, so the block's A is 0 (never used) */
-                        for (int v = 0; v < 4; v++) wq[e][v] = _mm512_setzero_si512();
-                        sc32[e] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            __m512i wq[2][4], sc32[2];
+            for (int e = 0; e < 2; e++) {
+                const int kb = 2 * k + e;
+                if (kb < kn) {
+                    const uint8_t *blk = row + (b0 + kb) * HYMT_Q6_K_BYTES;
+                    for (int i = 0; i < 256; i += 64) {
+                        __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L1 + i, 0, 3);
+                        __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L2 + i, 0, 2);
                     }
-                }
-                const __m512i scp = _mm512_packs_epi32(sc32[0], sc32[1]); /* 128-bit lane L: sc_a[4L..], sc_b[4L..] */
-                const int kb = 2 * k + 1 < kn ? 2 * k + 1 : 2 * k; /* block b's activations (in range) */
-                for (int t = 0; t < T; t++) {
-                    const hymt_kq8 *ga = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + 2 * k;
-                    const hymt_kq8 *gb = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb;
-                    pv[t][k] = hymt_q6_k_scale_pair(hymt_q6_k_half(ga, wq[0], 0), hymt_q6_k_half(gb, wq[1], 0),
-                                                    hymt_q6_k_half(ga, wq[0], 1), hymt_q6_k_half(gb, wq[1], 1), scp);
+                    hymt_q6_k_unpack_avx512(blk, s1, s2, wq[e]);
+                    sc32[e] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+                    dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
+                } else { /* past the row: zero codes and scales, so the block's A is 0 (never used) */
+                    for (int v = 0; v < 4; v++) wq[e][v] = _mm512_setzero_si512();
+                    sc32[e] = _mm512_setzero_si512();
                 }
             }
-            if (pr >= 0) /* the previous group's */
-                hymt_q6_k_gemv_float(a0, act_stride, nb, dd[par ^ 1], (const float (*)[8])af[par ^ 1], pr, pb, pn, acc,
-                                     y, y_stride, T);
-            for (int t = 0; t < T; t++) _mm256_storeu_ps(af[par][t], _mm256_cvtepi32_ps(hymt_q6_k_blocks8(pv[t], ie, io)));
-            pr = r, pb = b0, pn = kn;
+            const __m512i scp = _mm512_packs_epi32(sc32[0], sc32[1]); /* 128-bit lane L: sc_a[4L..], sc_b[4L..] */
+            const int kb = 2 * k + 1 < kn ? 2 * k + 1 : 2 * k; /* block b's activations (in range) */
+            for (int t = 0; t < T; t++) {
+                const hymt_kq8 *ga = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + 2 * k;
+                const hymt_kq8 *gb = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0 + kb;
+                pv[t][k] = hymt_q6_k_scale_pair(hymt_q6_k_half(ga, wq[0], 0), hymt_q6_k_half(gb, wq[1], 0),
+                                                hymt_q6_k_half(ga, wq[0], 1), hymt_q6_k_half(gb, wq[1], 1), scp);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
+            _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(hymt_q6_k_blocks8(pv[t], ie, io)));
+            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
         }
     }
-    if (pr >= 0)
-        hymt_q6_k_gemv_float(a0, act_stride, nb, dd[par ^ 1], (const float (*)[8])af[par ^ 1], pr, pb, pn, acc, y,
-                             y_stride, T);
 }
 
 /* One function per token count, so that every loop over tokens is unrolled. */
 #define HYMT_Q6_K_GEMV_FN(T)                                                                                    \
-    HYMT_TARGET_AVX512 static void hymt_q6_k_gemv##T##_avx512(const uint8_t *w, size_t row_bytes, int64_t r0,   \
-                                                              int64_t r1, const uint8_t *act, size_t act_stride, \
-                                                              int64_t nb, float *y, int64_t y_stride) {         \
-        hymt_q6_k_gemv_avx512(w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride, T);                       \
+    HYMT_TARGET_AVX512 static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
+                                                              size_t act_stride, int64_t nb,                    \
+                                                              const __m512i s1[4], const __m512i s2[2],         \
+                                                              __m512i ie, __m512i io, float *acc) {             \
+        hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, ie, io, acc, T);                                 \
     }
 HYMT_Q6_K_GEMV_FN(1)
 HYMT_Q6_K_GEMV_FN(2)
@@ -342,11 +295,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rt_pairs(const uint8_t *const rp[1
     enum { K = 2 };
     __m512i wq[4][4], sc[2];
     if (unpack) {
-        __m512i sc32[4], uk[4];
-        hymt_q6_k_unpack_consts(uk);
+        __m512i sc32[4];
         for (int i = 0; i < 2 * K; i++) {
             const uint8_t *blk = rp[2 * k + i] + b * HYMT_Q6_K_BYTES;
-            hymt_q6_k_unpack_avx512(blk, uk, s1, s2, wq[i]);
+            hymt_q6_k_unpack_avx512(blk, s1, s2, wq[i]);
             sc32[i] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
         }
         for (int i = 0; i < K; i++) sc[i] = _mm512_packs_epi32(sc32[2 * i], sc32[2 * i + 1]);
@@ -430,14 +382,22 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
         hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
-    if (n == 1)
-        hymt_q6_k_gemv1_avx512(w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
-    else if (n == 2)
-        hymt_q6_k_gemv2_avx512(w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
-    else if (n == 3)
-        hymt_q6_k_gemv3_avx512(w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
-    else
-        hymt_q6_k_gemv4_avx512(w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
+    __m512i s1[4], s2[2], ie, io;
+    hymt_kq_perms_avx512(s1, s2);
+    hymt_q6_k_pair_idx(&ie, &io);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */
+        if (n == 1)
+            hymt_q6_k_gemv1_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        else if (n == 2)
+            hymt_q6_k_gemv2_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        else if (n == 3)
+            hymt_q6_k_gemv3_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        else
+            hymt_q6_k_gemv4_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+        for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
+    }
 }
 
 /* AVX2 form of the codes (kq layout, wq[v][h] = lanes 8h..8h+7 of vector v). */
@@ -677,9 +637,8 @@ typedef struct {
 HYMT_TARGET_AMX HYMT_INLINE void hymt_q6_k_amx_row(const uint8_t *blk, const __m512i s1[4], const __m512i s2[2],
                                                    __m512i sidx, __m512i idx_lo, __m512i idx_hi,
                                                    hymt_q6_k_amx_tile *tl, int r) {
-    __m512i wq[4], uk[4];
-    hymt_q6_k_unpack_consts(uk);
-    hymt_q6_k_unpack_avx512(blk, uk, s1, s2, wq);
+    __m512i wq[4];
+    hymt_q6_k_unpack_avx512(blk, s1, s2, wq);
     const __m512i sc = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 192)));
     const __m512i se = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, sidx, sc); /* bytes (sc[j], 0) */
     const __m512i so = _mm512_slli_epi16(se, 8);                                        /* bytes (0, sc[j]) */
