@@ -494,11 +494,17 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q8_0_avx2(const uint8_t *w, size_t row_by
  * second tile's isums go to their own eight buffers and its float steps run after the last product (the
  * vector work costs about the same bunched or interleaved, 16–19 ticks per block, so only the A loads
  * are saved). The pair's steps read their B tiles without the software prefetch the single steps use:
- * it cost more than it saved there. Measured (rdtsc, one thread, weights from L2, min of repeated
- * calls): 57–58 → 55 ticks per block at n = 64, 60 → 55 at n = 256, 65 → 57 for 2048 × 6144 at n = 64.
- * Tried and not kept: four token tiles per weight tile load (83 ticks: no C tile is double buffered then,
- * each product waits for the store before it), storing block b after the product of b + 2 instead of
- * b + 1 (no change), the magic-number int→float conversion (+4 ticks). */
+ * it cost more than it saved there. Measured (rdtsc, one thread, min of repeated calls, against the
+ * single-tile steps): 57–58 → 55 ticks per block at n = 64 and 60 → 55 at n = 256 with the weights in L2;
+ * a whole 1.8B layer's seven matrices from memory in the driver's row chunks, 28.2–30.5 → 26.8–28.7 M
+ * ticks at n = 64 (−2 to −6 %), 108–122 → 93–113 M at n = 256 (−8 %), n = 16 unchanged (single steps).
+ * Removing parts one at a time (weights in L2, n = 64) costs roughly: float steps 20–24 ticks per block,
+ * tile stores 10–12, products 11, A loads 12, B loads 6 — they add up: the tile unit and the vector
+ * units barely overlap. Tried and not kept: four token tiles per weight tile load (83 ticks: no C tile is
+ * double buffered then), storing block b after the product of b + 2 instead of b + 1 (no change), the
+ * magic-number int→float conversion (+4 ticks), the pair's weight prefetch spread over its blocks, or at
+ * distance 1, 3, 4 groups or into L2 (no change), the pair's two B loads before both products (no
+ * change). */
 #define HYMT_Q8_0_AMX_MIN 10
 /* Tokens per pass over the weights (bounds the float totals on the stack: 16 KiB). */
 #define HYMT_Q8_0_AMX_PASS 256
