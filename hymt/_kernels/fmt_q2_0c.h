@@ -184,7 +184,18 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * end of the rows the kernel was given (past it lie the rows of the other thread's chunk: fetching them
  * here read them twice) and the first tiles of a call's rows are prefetched on entry (nothing ran ahead
  * of them). Measured, 2048×2048 from DRAM at 2 threads, n = 1: 17.4 → 23.1 GB/s (4 tiles ahead,
- * unclamped → 2, clamped, with the entry prefetch); 1 or 3 tiles: 22.2–22.6; _MM_HINT_T0: 21.1. */
+ * unclamped → 2, clamped, with the entry prefetch); 1 or 3 tiles: 22.2–22.6; _MM_HINT_T0: 21.1.
+ * Each half-block step prefetches its 16–17 lines (1040 bytes) one per line, each line once, one in each
+ * of the 16 iterations of the step's j loop (the compute runs between them) and the rest after it. The
+ * position of the prefetches in the step matters as much as the distance (same lines, layer cycle from
+ * a 1 GB pool, n = 1, one thread, medians of alternated runs): main's burst of 18 prefetches after the
+ * step's loads (a line repeated per step) 11.0–11.5 GB/s; one per line, burst after the loads 10.8–11.1,
+ * before the loads 9.3, after the j loop 9.3, in the middle of it 10.0; one per j iteration 12.7–12.8
+ * (n = 2 +8–12 %, n = 4 +2–4 %, n = 8 same; cache-resident within noise). Two threads (a shared machine,
+ * few undisturbed runs): 20.5 → 22.0 GB/s. Tried, worse at one thread: T0 −15 %, NTA −60 %, every 2nd or
+ * 4th line only (the hardware prefetchers do not fill in: no prefetch at all runs at 5.4) −25 to −35 %,
+ * a whole tile in one burst −25 %, T0 of the next step's 16 rows −10 %, a T0 run-ahead 2–4 KB besides
+ * −17 to −25 % (8 KB: same); not stopping at the call's end +2 % at one thread, −2 % at two. */
 #define Q2C_PREFETCH_TILES 2
 
 /* The 4 int8 activations at q in every dword lane. */
@@ -194,19 +205,40 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i q2c_bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
+/* The lines one half-block step prefetches: those starting in [pf, pf + pf_step) (so each line once over
+ * the steps) and below pf_end, i.e. [lo, hi) in 64-byte steps; pf_step is 8 · 130 bytes, 16 or 17 lines. */
+typedef struct {
+    const uint8_t *lo, *hi;
+} q2c_lines;
+
+HYMT_INLINE const uint8_t *q2c_line_up(const uint8_t *p) {
+    return (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+HYMT_INLINE q2c_lines q2c_step_lines(const uint8_t *pf, size_t pf_step, const uint8_t *pf_end) {
+    q2c_lines l = {q2c_line_up(pf), q2c_line_up(pf + pf_step)};
+    if (l.hi > pf_end) l.hi = pf_end;
+    return l;
+}
+
+/* Line j of a step, issued in the step's j loop (one per 4 code bytes × 16 rows of work). */
+HYMT_INLINE void q2c_prefetch_line(q2c_lines l, int j) {
+    if (l.lo + 64 * j < l.hi) _mm_prefetch((const char *)(l.lo + 64 * j), _MM_HINT_T1);
+}
+
+/* The step's lines past the 16 of its j loop (at most one). */
+HYMT_INLINE void q2c_prefetch_rest(q2c_lines l) {
+    for (const uint8_t *p = l.lo + 64 * 16; p < l.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
+
 /* The 64 code bytes of half h of block b for a tile's rows (rows past `rows` read as 0), transposed so
- * that c[j] lane i holds bytes 4j..4j+3 of row i; one step of the prefetch Q2C_PREFETCH_TILES tiles ahead
- * (pf advances by pf_step; nothing at or past pf_end, the end of the call's rows). */
+ * that c[j] lane i holds bytes 4j..4j+3 of row i. */
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_half_codes(const uint8_t *wt, size_t row_bytes, int rows, int64_t b, int h,
-                                                   const uint8_t **pf, size_t pf_step, const uint8_t *pf_end,
                                                    __m512i c[16]) {
     __m512i rc[16];
     for (int i = 0; i < 16; i++)
         rc[i] = i < rows ? _mm512_loadu_si512((const void *)(wt + i * row_bytes + b * Q2C_BYTES + 2 + 64 * h))
                          : _mm512_setzero_si512();
-    for (const uint8_t *p = *pf; p < *pf + pf_step + 64 && p < pf_end; p += 64)
-        _mm_prefetch((const char *)p, _MM_HINT_T1);
-    *pf += pf_step;
     hymt_transpose16_epi32(rc, c);
 }
 
@@ -237,12 +269,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
         __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
         for (int h = 0; h < 2; h++) {
             __m512i c[16];
-            q2c_half_codes(wt, row_bytes, rows, b, h, &pf, pf_step, pf_end, c);
+            q2c_half_codes(wt, row_bytes, rows, b, h, c);
+            q2c_lines pl = q2c_step_lines(pf, pf_step, pf_end);
+            pf += pf_step;
             __m512i acc[4][4]; /* [token][plane] */
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] =
                 _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
+                q2c_prefetch_line(pl, j);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(c[j], m2), p3 = _mm512_and_si512(c[j], m3);
                 _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
@@ -253,6 +288,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
                     acc[t][3] = _mm512_dpbusd_epi32(acc[t][3], p3, q2c_bcast4(q + 192));
                 }
             }
+            q2c_prefetch_rest(pl);
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc[t][1], 2)),
                                              _mm512_add_epi32(_mm512_srai_epi32(acc[t][2], 4), _mm512_srai_epi32(acc[t][3], 6)));
@@ -279,11 +315,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
         __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * Q2C_BYTES, 0);
         for (int h = 0; h < 2; h++) {
             __m512i c[16];
-            q2c_half_codes(wt, row_bytes, rows, b, h, &pf, pf_step, pf_end, c);
+            q2c_half_codes(wt, row_bytes, rows, b, h, c);
+            q2c_lines pl = q2c_step_lines(pf, pf_step, pf_end);
+            pf += pf_step;
             __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 2") for (int j = 0; j < 16; j++) {
+                q2c_prefetch_line(pl, j);
                 __m512i hi = _mm512_srli_epi16(c[j], 4);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(hi, m0), p3 = _mm512_and_si512(hi, m1);
@@ -295,6 +334,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
                     acc4[t] = _mm512_dpbusd_epi32(acc4[t], p3, q2c_bcast4(q + 192));
                 }
             }
+            q2c_prefetch_rest(pl);
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
                 facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
@@ -312,8 +352,9 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
     size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
     const uint8_t *pf_end = w + r1 * row_bytes;
     const uint8_t *start = w + r0 * row_bytes; /* the tiles the first steps' prefetches skipped */
-    for (const uint8_t *p = start; p < start + Q2C_PREFETCH_TILES * 16 * row_bytes && p < pf_end; p += 64)
-        _mm_prefetch((const char *)p, _MM_HINT_T1);
+    q2c_lines first = q2c_step_lines(start, (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes, pf_end);
+    first.lo = (const uint8_t *)((uintptr_t)start & ~(uintptr_t)63); /* with the line start is in */
+    for (const uint8_t *p = first.lo; p < first.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
     for (int64_t r = r0; r < r1; r += 16) {
         int rows = (int)(r1 - r < 16 ? r1 - r : 16);
         const uint8_t *wt = w + r * row_bytes;

@@ -831,7 +831,12 @@ static void hymt_gemm_q4_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * the last n % 16 tokens are copied once per call into a zero-padded buffer (nothing is read past n). Two
  * pairs of accumulator tiles alternate so that the tile products of token tile k + 1 can run while the
  * vector units finish token tile k. Below HYMT_Q4_K_AMX_MIN tokens the per-block decode (a 16-row
- * transpose and the scaled copies) costs more than the tiles save (measured: even at 8-9 tokens). */
+ * transpose and the scaled copies) costs more than the tiles save (measured: even at 8-9 tokens).
+ * Tried and not kept: two token tiles per load of the B tiles (tiles 0..3 the two tiles' C0, C1, eight B
+ * loads per two token tiles instead of sixteen): 392–410 vs 403–411 ticks per 16 × 16 × 256 at n = 64
+ * with the weights in L2, 496–565 vs 535–544 from L3, 346–377 vs 367–381 at n = 256 (rdtsc, one thread,
+ * min of repeated calls): a tie. Removing parts one at a time (n = 64, L2) costs roughly: float steps 110
+ * ticks, the decode 90 (a quarter of it per token tile), products 85, tile loads 120, stores 30. */
 #define HYMT_Q4_K_AMX_MIN 9
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q4_K_AMX_PASS 256

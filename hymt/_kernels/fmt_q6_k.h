@@ -201,7 +201,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m5
  * DRAM: the L1 and L2 hints interleaved line by line in one loop (the same hints as two loops, as
  * hymt_kq_prefetch issues them, ran n = 1 5–6 % slower in that comparison; the cause is not isolated, code
  * placement may be part of it); L2 distance 6144 bytes (4096: n = 2 +2 %, 8192: +5 %); the L1 hint is
- * needed (without it +12 %; 512 or 2048 bytes ahead instead of 1024: +1–4 %). */
+ * needed (without it +12 %; 512 or 2048 bytes ahead instead of 1024: +1–4 %). Tried for 2–4 tokens
+ * (session 6, alternated in one process, head streamed from DRAM under a contended memory bus): the
+ * rows loop inside the kernel with each group's float step deferred past the next group's integer part,
+ * plus the unpack constants kept in registers (commit 02f282e, reverted): hot (512 rows in L2, one
+ * thread) n = 1–4 −5..−18 %, but from DRAM n = 1 +3–5 %, n = 2 +2–7 %, n = 3–8 ±1 %; 4-row steps sharing
+ * each activation load (K = 2 row pairs, hymt_q6_k_rt_pairs): hot n = 4 −8 %, n = 2 unchanged, from
+ * DRAM n = 2 +12–16 %, n = 4 +6–13 % (four interleaved row streams); the float step with lane = token
+ * (acc in one vector): hot n = 2–4 +30 % (its dependent chain went through the stack). */
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4

@@ -486,10 +486,25 @@ HYMT_TARGET_AVX2 static void hymt_gemm_q8_0_avx2(const uint8_t *w, size_t row_by
  * store per block and nothing else per block; the store of block b is issued after the product of block
  * b + 1 and its float steps after the product of block b + 3, so no load waits for the store just before.
  * The B tiles come from L2 (64·cols bytes at n = 64): they are laid out group-major so one group's token
- * tiles are one contiguous stretch, and each product prefetches its slice of the next step's B tiles; the
- * group's d are computed at its first token tile between products rather than before them. Together with
- * four isum buffers instead of eight (less of L1 beside the weight prefetch) this measured ~3 % at n = 16
- * and 64, ~8 % at n = 256 (1 thread, loaded machine). */
+ * tiles are one contiguous stretch; the group's d are computed at its first token tile between products
+ * rather than before them.
+ * Token tiles run in pairs (the last one alone when their number is odd): a pair's step loads each weight
+ * tile once for both products, which halves the A tile loads (16 rows of 32 bytes, half of them split
+ * across two lines) per product. The first tile's float steps run between the products as above; the
+ * second tile's isums go to their own eight buffers and its float steps run after the last product (the
+ * vector work costs about the same bunched or interleaved, 16–19 ticks per block, so only the A loads
+ * are saved). The pair's steps read their B tiles without the software prefetch the single steps use:
+ * it cost more than it saved there. Measured (rdtsc, one thread, min of repeated calls, against the
+ * single-tile steps): 57–58 → 55 ticks per block at n = 64 and 60 → 55 at n = 256 with the weights in L2;
+ * a whole 1.8B layer's seven matrices from memory in the driver's row chunks, 28.2–30.5 → 26.8–28.7 M
+ * ticks at n = 64 (−2 to −6 %), 108–122 → 93–113 M at n = 256 (−8 %), n = 16 unchanged (single steps).
+ * Removing parts one at a time (weights in L2, n = 64) costs roughly: float steps 20–24 ticks per block,
+ * tile stores 10–12, products 11, A loads 12, B loads 6 — they add up: the tile unit and the vector
+ * units barely overlap. Tried and not kept: four token tiles per weight tile load (83 ticks: no C tile is
+ * double buffered then), storing block b after the product of b + 2 instead of b + 1 (no change), the
+ * magic-number int→float conversion (+4 ticks), the pair's weight prefetch spread over its blocks, or at
+ * distance 1, 3, 4 groups or into L2 (no change), the pair's two B loads before both products (no
+ * change). */
 #define HYMT_Q8_0_AMX_MIN 10
 /* Tokens per pass over the weights (bounds the float totals on the stack: 16 KiB). */
 #define HYMT_Q8_0_AMX_PASS 256
@@ -591,8 +606,8 @@ HYMT_INLINE void hymt_q8_0_amx_prefetch(const uint8_t *w, size_t row_bytes, int6
     }
 }
 
-/* Tiles: 0..3 isums [16 rows][16 tokens] int32 (block b in tile b % 4); 4, 5 weights [16 rows][32 codes];
- * 6, 7 activations [8 k-quads][16 tokens × 4]. */
+/* Tiles of a single token tile's step: 0..3 isums [16 rows][16 tokens] int32 (block b in tile b % 4);
+ * 4, 5 weights [16 rows][32 codes]; 6, 7 activations [8 k-quads][16 tokens × 4]. */
 #define HYMT_Q8_0_AMX_PRODUCT(b, C, A, B)                                                                     \
     do {                                                                                                     \
         _tile_zero(C);                                                                                       \
@@ -602,11 +617,30 @@ HYMT_INLINE void hymt_q8_0_amx_prefetch(const uint8_t *w, size_t row_bytes, int6
         for (int l = 0; l < 512; l += 64) _mm_prefetch((const char *)(vbn + (b) * 512 + l), _MM_HINT_T0);     \
     } while (0)
 #define HYMT_Q8_0_AMX_STORE(b, C) _tile_stored(C, cbuf[(b) % 4], 64)
-#define HYMT_Q8_0_AMX_FLOAT(b)                                                                               \
+/* Tiles of a token-tile pair's step: block b's isums of the first tile in 2·(b % 2), of the second in
+ * 2·(b % 2) + 1; its weights (loaded once for both products) in 4 + b % 2; the two tiles' activations in
+ * 6 and 7. */
+#define HYMT_Q8_0_AMX_PAIR(b, C0, C1, A)                                                                     \
+    do {                                                                                                     \
+        _tile_zero(C0);                                                                                      \
+        _tile_zero(C1);                                                                                      \
+        _tile_loadd(A, src + (b) * HYMT_Q8_0_BYTES, stride);                                                  \
+        _tile_loadd(6, vbk + (b) * 512, 64);                                                                 \
+        _tile_dpbssd(C0, A, 6);                                                                              \
+        _tile_loadd(7, vbk + 8 * 512 + (b) * 512, 64);                                                       \
+        _tile_dpbssd(C1, A, 7);                                                                              \
+    } while (0)
+#define HYMT_Q8_0_AMX_PAIR_STORE(b, C0, C1)                                                                  \
+    do {                                                                                                     \
+        _tile_stored(C0, cbuf[(b) % 4], 64);                                                                 \
+        _tile_stored(C1, cbuf2[b], 64);                                                                      \
+    } while (0)
+#define HYMT_Q8_0_AMX_FLOAT_FROM(buf, b)                                                                     \
     do {                                                                                                     \
         _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) gacc[i] = _mm512_fmadd_ps(                    \
-            _mm512_set1_ps(dv[i][b]), _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cbuf[(b) % 4][i])), gacc[i]); \
+            _mm512_set1_ps(dv[i][b]), _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(buf)[i])), gacc[i]); \
     } while (0)
+#define HYMT_Q8_0_AMX_FLOAT(b) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf[(b) % 4], b)
 
 HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
@@ -621,6 +655,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
     }
     /* [block % 4][row][token] isums read back: block b's float steps run before block b + 4's store */
     int32_t cbuf[4][16][16] __attribute__((aligned(64)));
+    int32_t cbuf2[8][16][16] __attribute__((aligned(64))); /* [block][row][token] a pair's second tile */
     float dv[16][8] __attribute__((aligned(64)));                  /* [row][block] d of the group */
     uint8_t part[16 * 8 * HYMT_Q8_0_BYTES] __attribute__((aligned(64))); /* [16 rows][8 blocks]: a partial tile's group, zero rows past the last */
     float acc[16][HYMT_Q8_0_AMX_PASS] __attribute__((aligned(64))); /* [row][token of the pass] totals */
@@ -643,43 +678,84 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
                     stride = 8 * HYMT_Q8_0_BYTES;
                 }
                 const uint8_t *src = grp + 2;
-                for (int k = 0; k < nk; k++) {
+                for (int k = 0; k < nk;) {
+                    const int pair = k + 1 < nk, kn = k + 1 + pair;
                     const int8_t *vbk = bt->vb + ((size_t)g * tiles + t0 / 16 + k) * 8 * 512;
-                    /* the next step's B tiles: this group's next token tile, else the next group's first */
-                    const int8_t *vbn = k + 1 < nk ? vbk + 8 * 512
-                                                   : bt->vb + ((size_t)(g + 1 < groups ? g + 1 : 0) * tiles + t0 / 16) * 8 * 512;
-                    hymt_q8_0_amx_prefetch(w, row_bytes, r, r1, g, groups, 16 * k / nk, 16 * (k + 1) / nk);
+                    hymt_q8_0_amx_prefetch(w, row_bytes, r, r1, g, groups, 16 * k / nk, 16 * kn / nk);
                     __m512 gacc[16];
                     for (int i = 0; i < 16; i++) gacc[i] = _mm512_setzero_ps();
-                    HYMT_Q8_0_AMX_PRODUCT(0, 0, 4, 6);
-                    HYMT_Q8_0_AMX_PRODUCT(1, 1, 5, 7);
-                    /* the group's d while the tile unit works on its first products (first use: FLOAT(0)) */
-                    if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);
-                    HYMT_Q8_0_AMX_STORE(0, 0);
-                    HYMT_Q8_0_AMX_PRODUCT(2, 2, 4, 6);
-                    HYMT_Q8_0_AMX_STORE(1, 1);
-                    HYMT_Q8_0_AMX_PRODUCT(3, 3, 5, 7);
-                    HYMT_Q8_0_AMX_STORE(2, 2);
-                    HYMT_Q8_0_AMX_FLOAT(0);
-                    HYMT_Q8_0_AMX_PRODUCT(4, 0, 4, 6);
-                    HYMT_Q8_0_AMX_STORE(3, 3);
-                    HYMT_Q8_0_AMX_FLOAT(1);
-                    HYMT_Q8_0_AMX_PRODUCT(5, 1, 5, 7);
-                    HYMT_Q8_0_AMX_STORE(4, 0);
-                    HYMT_Q8_0_AMX_FLOAT(2);
-                    HYMT_Q8_0_AMX_PRODUCT(6, 2, 4, 6);
-                    HYMT_Q8_0_AMX_STORE(5, 1);
-                    HYMT_Q8_0_AMX_FLOAT(3);
-                    HYMT_Q8_0_AMX_PRODUCT(7, 3, 5, 7);
-                    HYMT_Q8_0_AMX_STORE(6, 2);
-                    HYMT_Q8_0_AMX_FLOAT(4);
-                    HYMT_Q8_0_AMX_STORE(7, 3);
-                    HYMT_Q8_0_AMX_FLOAT(5);
-                    HYMT_Q8_0_AMX_FLOAT(6);
-                    HYMT_Q8_0_AMX_FLOAT(7);
-                    const __m512 s = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16);
-                    for (int i = 0; i < 16; i++)
-                        _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
+                    if (pair) {
+                        HYMT_Q8_0_AMX_PAIR(0, 0, 1, 4);
+                        HYMT_Q8_0_AMX_PAIR(1, 2, 3, 5);
+                        if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);
+                        HYMT_Q8_0_AMX_PAIR_STORE(0, 0, 1);
+                        HYMT_Q8_0_AMX_PAIR(2, 0, 1, 4);
+                        HYMT_Q8_0_AMX_PAIR_STORE(1, 2, 3);
+                        HYMT_Q8_0_AMX_PAIR(3, 2, 3, 5);
+                        HYMT_Q8_0_AMX_PAIR_STORE(2, 0, 1);
+                        HYMT_Q8_0_AMX_FLOAT(0);
+                        HYMT_Q8_0_AMX_PAIR(4, 0, 1, 4);
+                        HYMT_Q8_0_AMX_PAIR_STORE(3, 2, 3);
+                        HYMT_Q8_0_AMX_FLOAT(1);
+                        HYMT_Q8_0_AMX_PAIR(5, 2, 3, 5);
+                        HYMT_Q8_0_AMX_PAIR_STORE(4, 0, 1);
+                        HYMT_Q8_0_AMX_FLOAT(2);
+                        HYMT_Q8_0_AMX_PAIR(6, 0, 1, 4);
+                        HYMT_Q8_0_AMX_PAIR_STORE(5, 2, 3);
+                        HYMT_Q8_0_AMX_FLOAT(3);
+                        HYMT_Q8_0_AMX_PAIR(7, 2, 3, 5);
+                        HYMT_Q8_0_AMX_PAIR_STORE(6, 0, 1);
+                        HYMT_Q8_0_AMX_FLOAT(4);
+                        HYMT_Q8_0_AMX_PAIR_STORE(7, 2, 3);
+                        HYMT_Q8_0_AMX_FLOAT(5);
+                        HYMT_Q8_0_AMX_FLOAT(6);
+                        HYMT_Q8_0_AMX_FLOAT(7);
+                        const __m512 s = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16);
+                        for (int i = 0; i < 16; i++) {
+                            _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
+                            gacc[i] = _mm512_setzero_ps();
+                        }
+#pragma GCC unroll 8
+                        for (int b = 0; b < 8; b++) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf2[b], b);
+                        const __m512 s2 = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k + 1) * 16);
+                        for (int i = 0; i < 16; i++)
+                            _mm512_store_ps(acc[i] + 16 * (k + 1),
+                                            _mm512_fmadd_ps(s2, gacc[i], _mm512_load_ps(acc[i] + 16 * (k + 1))));
+                    } else {
+                        /* the next step's B tiles: this group's next token tile, else the next group's first */
+                        const int8_t *vbn = kn < nk ? bt->vb + ((size_t)g * tiles + t0 / 16 + kn) * 8 * 512
+                                                    : bt->vb + ((size_t)(g + 1 < groups ? g + 1 : 0) * tiles + t0 / 16) * 8 * 512;
+                        HYMT_Q8_0_AMX_PRODUCT(0, 0, 4, 6);
+                        HYMT_Q8_0_AMX_PRODUCT(1, 1, 5, 7);
+                        /* the group's d while the tile unit works on its first products (first use: FLOAT(0)) */
+                        if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);
+                        HYMT_Q8_0_AMX_STORE(0, 0);
+                        HYMT_Q8_0_AMX_PRODUCT(2, 2, 4, 6);
+                        HYMT_Q8_0_AMX_STORE(1, 1);
+                        HYMT_Q8_0_AMX_PRODUCT(3, 3, 5, 7);
+                        HYMT_Q8_0_AMX_STORE(2, 2);
+                        HYMT_Q8_0_AMX_FLOAT(0);
+                        HYMT_Q8_0_AMX_PRODUCT(4, 0, 4, 6);
+                        HYMT_Q8_0_AMX_STORE(3, 3);
+                        HYMT_Q8_0_AMX_FLOAT(1);
+                        HYMT_Q8_0_AMX_PRODUCT(5, 1, 5, 7);
+                        HYMT_Q8_0_AMX_STORE(4, 0);
+                        HYMT_Q8_0_AMX_FLOAT(2);
+                        HYMT_Q8_0_AMX_PRODUCT(6, 2, 4, 6);
+                        HYMT_Q8_0_AMX_STORE(5, 1);
+                        HYMT_Q8_0_AMX_FLOAT(3);
+                        HYMT_Q8_0_AMX_PRODUCT(7, 3, 5, 7);
+                        HYMT_Q8_0_AMX_STORE(6, 2);
+                        HYMT_Q8_0_AMX_FLOAT(4);
+                        HYMT_Q8_0_AMX_STORE(7, 3);
+                        HYMT_Q8_0_AMX_FLOAT(5);
+                        HYMT_Q8_0_AMX_FLOAT(6);
+                        HYMT_Q8_0_AMX_FLOAT(7);
+                        const __m512 s = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16);
+                        for (int i = 0; i < 16; i++)
+                            _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
+                    }
+                    k = kn;
                 }
             }
             /* [row][token] → y[token][row], 16 × 16 at a time */
@@ -698,6 +774,9 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
 }
 #undef HYMT_Q8_0_AMX_PRODUCT
 #undef HYMT_Q8_0_AMX_STORE
+#undef HYMT_Q8_0_AMX_PAIR
+#undef HYMT_Q8_0_AMX_PAIR_STORE
+#undef HYMT_Q8_0_AMX_FLOAT_FROM
 #undef HYMT_Q8_0_AMX_FLOAT
 
 /* The avx512 entry of the format: tiles for batches when AMX is on (and the panel's int32 row offsets

@@ -6,29 +6,49 @@
  * the ternary digit of weight (g/16)·64 + (g%16) + 16p ("stride-16 placement").
  *
  * int8 path (§3.4, groups of 256 = one block). Activation layout ("plane order"): each group's 256
- * int8 values are stored as 4 planes of 64, plane p position g holding the activation that lane p of
- * group g multiplies:
- *     act.qs[64p + g] = q[64·(g/16) + 16p + (g%16)]      (a 4×4 transpose of 16-byte chunks)
+ * int8 values are stored as 4 planes of 64, plane p position b holding the activation that lane p of
+ * group g(b) multiplies, where the positions list the even groups (low code nibbles) first, then
+ * the odd ones (high nibbles): b = stq1_act_pos(g) = g/2 + 32·(g % 2), g(b) = 2·(b % 32) + b / 32,
+ *     act.qs[64p + stq1_act_pos(g)] = q[64·(g/16) + 16p + (g%16)]
  * so one codebook lookup per group and byte gives a 64-byte plane of lanes {0, 1, 2} lined up with
  * 64 activations (vpdpbusd: unsigned lanes × signed activations), and
  *     Σ digit·q = Σ lane·q − Σ q.
+ * The order is the one in which the 32 code bytes yield their nibbles with no byte shuffle: loaded into
+ * both 256-bit halves (a broadcast load), the high half shifted right by 4 (stq1_codes512).
  * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
  *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
  *
- * AVX-512, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 4 ops
- * build the 64 lookup indices in group order (zero-extend, word shift, mask; the raw sign bits are a
- * byte mask adding 16), 4 vpermb (VBMI) or 8 vpshufb give the lane planes, 4 vpdpbusd per token; a
- * 16-row tile is walked block by block with every row's sums in registers: two rows' 16-lane sums
- * fold into one vector right away (int16 pack + pairwise madd, exact), so per block and token 16
- * rows cost 24 fold ops + 9 lane shuffles/adds and the result has lane = row. About 14 vector ops
- * per 42-byte row-block at n = 1, 8 of them the unavoidable lookups and dot products; the next tile
- * (16 rows on) is prefetched while this one is decoded.
+ * AVX-512 VBMI, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 3
+ * ops build the 64 lookup indices in position order (the nibbles as above: one masked word shift;
+ * the sign bits: one vpmultishiftqb of the broadcast sign qword puts sign g(b) at bit 4 of byte b; one
+ * bit-select merges them), 4 vpermb give the lane planes, 4 vpdpbusd per token; a 16-row tile is
+ * walked block by block with every row's sums in registers: two rows' 16-lane sums fold into one
+ * vector right away (int16 pack + pairwise madd, exact), so per block and token 16 rows cost 24 fold
+ * ops + 9 lane shuffles/adds and the result has lane = row. Ports (Golden Cove class: zmm ALU ops on
+ * p0 and p5 only; shuffles p5; vpsrlw, gf2p8affineqb p0), per row-block at n = 1:
+ *                               before (cvtepu8 index)   now
+ *     index build               5 (2 p5: vpmovzxbw, kmovq)  3 (1 p5: vpmultishiftqb)
+ *     vpermb / vpdpbusd         4 p5 / 4 p05             4 p5 / 4 p05
+ *     fold + row shuffles       2.1 (1.1 p5)             2.1 (1.1 p5)
+ *     scales, float epilogue    ~0.7                     ~0.7
+ * (p5: ≈ 7.1 → 6.1 of ≈ 15.8 → 13.8; llvm-mca's Ice Lake model: 153 → 120 cycles per 16-row block;
+ * the broadcast loads are pure loads.) Measured on one 2048-column matrix of 4096 rows (L2-resident),
+ * old and new alternated in one process, fastest calls: 1 thread 16.3 → 18.3 GB/s at n = 1, 11.6 →
+ * 12.5 at n = 2, 8.6 → 9.4 at n = 3; 2 threads 29.4 → 34.6 at n = 1. Tried without gain: two rows per
+ * vector (row pairs in the 256-bit halves: half the fold and sign work, but an insert and a blend per
+ * pair; equal at n = 1, 5-10 % slower at n = 2, 3), planes 2, 3 by gf2p8affineqb (p0) from one
+ * codebook-byte vpermb (one op more per row-block: 5 % slower), the block's epilogue deferred into
+ * the next block, L1 prefetch of the next block, GCC's pre-RA scheduling. The next tile (16 rows on)
+ * is prefetched while this one is decoded.
+ * AVX-512BW (no VBMI): the same nibbles, the sign bits as a byte mask (vpshufb spread + vptestmb),
+ * two vpshufb per plane (sign-0 / sign-1 tables).
  * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
  * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
  * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
  * decoded once per row tile for all tokens, no per-token reduction.
- * AVX2: per 32 groups, two pshufb lookups (sign 0 / sign 1 tables, bit 7 zeroes the other) per
- * plane, maddubs + madd. NEON: one tbl (32 entries) per 16 groups, signed digits, SDOT. */
+ * AVX2: per 32 positions (one nibble half of the code bytes), two pshufb lookups (sign 0 / sign 1
+ * tables, bit 7 zeroes the other) per plane, maddubs + madd. NEON: one tbl (32 entries) per 16
+ * positions, signed digits, SDOT. */
 #ifndef HYMT_FMT_STQ1_0_H
 #define HYMT_FMT_STQ1_0_H
 
@@ -45,6 +65,24 @@
 static const uint8_t STQ1_CODEBOOK[32] = {
     0xa9, 0x89, 0x29, 0x09, 0xa6, 0x86, 0x26, 0x06, 0x9a, 0x92, 0x1a, 0x12, 0x6a, 0x62, 0x4a, 0x42,
     0x01, 0x21, 0x81, 0xa1, 0x04, 0x24, 0x84, 0xa4, 0x10, 0x18, 0x90, 0x98, 0x40, 0x48, 0x60, 0x68,
+};
+
+/* Sign bit of the group at plane position b (stq1_act_pos): group g = 2·(b % 32) + b / 32 has its bit in
+ * sign byte g / 8 = (b % 32) / 4 (STQ1_SIGN_SPREAD), bit g % 8 (STQ1_SIGN_BIT), i.e. at bit g of the sign
+ * qword, which vpmultishiftqb moves to bit 4 of byte b from bit offset g − 4 mod 64 (STQ1_SIGN_SHIFT). */
+static const uint8_t STQ1_SIGN_SHIFT[64] = {
+    60, 62, 0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38,
+    40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 61, 63, 1,  3,  5,  7,  9,  11, 13, 15, 17, 19,
+    21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59,
+};
+static const uint8_t STQ1_SIGN_SPREAD[64] = {
+    0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
+    0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
+};
+static const uint8_t STQ1_SIGN_BIT[64] = {
+    1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64,
+    1, 4, 16, 64, 1, 4, 16, 64, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128,
+    2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128,
 };
 
 HYMT_INLINE int stq1_group_index(const uint8_t *blk, int g) {
@@ -87,24 +125,71 @@ static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t
     return total;
 }
 
-/* ---- activations: §3.4 groups, qs permuted to plane order (bsums follow their 16-byte chunks) ---- */
+/* ---- activations: §3.4 groups, qs permuted to plane order (bsums recomputed per 16 bytes) ---- */
 
 static size_t hymt_act_stride_stq1_0(int64_t cols) { return hymt_act_stride_q8g(cols); }
+
+/* Position of group g inside a 64-byte plane: even groups (low nibbles) first, then odd ones. */
+HYMT_INLINE int stq1_act_pos(int g) { return (g >> 1) | ((g & 1) << 5); }
+
+/* Natural chunk (k, p) = q[64k + 16p ..+16) holds lane p of groups 16k..16k+15: its even bytes go to
+ * plane p positions 8k..8k+7, its odd bytes to 32 + 8k..; bsums of the new 16-byte chunks. */
+static void stq1_permute_group_scalar(hymt_q8g *g) {
+    int8_t natural[256];
+    memcpy(natural, g->qs, sizeof natural);
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++)
+            for (int i = 0; i < 8; i++) {
+                g->qs[64 * p + 8 * k + i] = natural[64 * k + 16 * p + 2 * i];
+                g->qs[64 * p + 32 + 8 * k + i] = natural[64 * k + 16 * p + 2 * i + 1];
+            }
+    for (int c = 0; c < 16; c++) {
+        int sum = 0;
+        for (int i = 16 * c; i < 16 * c + 16; i++) sum += g->qs[i];
+        g->bsums[c] = (int16_t)sum;
+    }
+}
+
+#if defined(HYMT_X86)
+/* The same permutation: chunks de-interleaved in their lanes (qword 2p of vector k = even(k, p), 2p + 1
+ * = odd(k, p)), then plane p = qwords [even(0..3, p), odd(0..3, p)] by three two-source permutes;
+ * bsums by vpsadbw of the sign-flipped bytes (each 8-byte sum biased by 8 × 128), the two halves of
+ * each 16-byte chunk added in place and the four chunk sums of two planes packed into 8 words. */
+HYMT_TARGET_AVX512 static void stq1_permute_group_avx512(hymt_q8g *g) {
+    const __m512i deint = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i join = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m128i even_words = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
+    __m512i v[4]; /* [k] quarter p: even(k, p), odd(k, p) */
+    for (int k = 0; k < 4; k++) v[k] = _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(g->qs + 64 * k)), deint);
+    __m128i sums[4]; /* [p] words 0..3: chunk sums of plane p + 2048 */
+    for (int p = 0; p < 4; p++) {
+        const __m512i pick = _mm512_setr_epi64(2 * p, 8 + 2 * p, 2 * p + 1, 9 + 2 * p, 0, 0, 0, 0);
+        __m512i plane = _mm512_permutex2var_epi64(_mm512_permutex2var_epi64(v[0], pick, v[1]), join,
+                                                  _mm512_permutex2var_epi64(v[2], pick, v[3]));
+        _mm512_storeu_si512((void *)(g->qs + 64 * p), plane);
+        __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(plane, flip), _mm512_setzero_si512());
+        sad = _mm512_add_epi64(sad, _mm512_shuffle_epi32(sad, _MM_PERM_BADC)); /* qword 2c: chunk c */
+        sums[p] = _mm_shuffle_epi8(_mm512_cvtepi64_epi16(sad), even_words);
+    }
+    const __m128i bias = _mm_set1_epi16(2048);
+    _mm_storeu_si128((__m128i *)g->bsums, _mm_sub_epi16(_mm_unpacklo_epi64(sums[0], sums[1]), bias));
+    _mm_storeu_si128((__m128i *)(g->bsums + 8), _mm_sub_epi16(_mm_unpacklo_epi64(sums[2], sums[3]), bias));
+}
+#endif
 
 static void hymt_prepare_stq1_0(const float *x, int64_t cols, uint8_t *act) {
     hymt_q8g *groups = (hymt_q8g *)act;
     for (int64_t b = 0; b < cols / STQ1_BLOCK; b++) {
         hymt_q8g *g = groups + b;
         hymt_quantize_group_q8g(x + b * STQ1_BLOCK, g);
-        int8_t natural[256];
-        int16_t natural_sums[16];
-        memcpy(natural, g->qs, sizeof natural);
-        memcpy(natural_sums, g->bsums, sizeof natural_sums);
-        for (int k = 0; k < 4; k++)     /* source chunk k of 64 weights */
-            for (int p = 0; p < 4; p++) { /* its 16-weight lane plane p */
-                memcpy(g->qs + 64 * p + 16 * k, natural + 64 * k + 16 * p, 16);
-                g->bsums[4 * p + k] = natural_sums[4 * k + p];
-            }
+#if defined(HYMT_X86)
+        if (hymt_active_isa == HYMT_ISA_AVX512) {
+            stq1_permute_group_avx512(g);
+            continue;
+        }
+#endif
+        stq1_permute_group_scalar(g);
     }
 }
 
@@ -115,7 +200,7 @@ static inline int32_t stq1_block_isum_scalar(const uint8_t *blk, const hymt_q8g 
     int32_t lanes = 0;
     for (int g = 0; g < 64; g++) {
         int cb = STQ1_CODEBOOK[stq1_group_index(blk, g)];
-        for (int p = 0; p < 4; p++) lanes += ((cb >> (2 * p)) & 3) * a->qs[64 * p + g];
+        for (int p = 0; p < 4; p++) lanes += ((cb >> (2 * p)) & 3) * a->qs[64 * p + stq1_act_pos(g)];
     }
     return lanes - a->sum;
 }
@@ -165,12 +250,12 @@ HYMT_TARGET_AVX512 HYMT_INLINE void stq1_tables_bw(__m512i tab0[4], __m512i tab1
     }
 }
 
-/* The 64 nibbles of a block in group order, one per byte: word i of the zero-extended bytes holds
- * byte i; (w | w << 4) & 0x0f0f puts its low nibble (group 2i) in the low byte and its high nibble
- * (group 2i+1) in the high byte. */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_nibbles512(const uint8_t *blk) {
-    __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)blk));
-    return _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f0f), 0xa8);
+/* The 32 code bytes of a block in both 256-bit halves (a broadcast load), the upper half shifted right
+ * by 4 (as words): bits 0..3 of byte b are the nibble of the group at plane position b
+ * (stq1_act_pos: low nibbles of bytes 0..31, then their high nibbles); bits 4..7 are foreign. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_codes512(const uint8_t *blk) {
+    __m512i c = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+    return _mm512_mask_srli_epi16(c, (__mmask32)0xffff0000u, c, 4);
 }
 
 HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
@@ -179,19 +264,40 @@ HYMT_INLINE uint64_t stq1_sign_bits(const uint8_t *blk) {
     return s;
 }
 
+/* VBMI lookup indices of a block in plane-position order: bits 0..3 the nibble, bit 4 the sign (one
+ * vpmultishiftqb of the broadcast sign qword, `shifts` = STQ1_SIGN_SHIFT), merged by one bit-select.
+ * Bits 5..7 are other sign bits: vpermb ignores bits 6..7 and the 64-entry tables repeat for bit 5. */
+HYMT_TARGET_AVX512VBMI HYMT_INLINE __m512i stq1_index_vbmi(const uint8_t *blk, __m512i shifts) {
+    __m512i sign = _mm512_multishift_epi64_epi8(shifts, _mm512_set1_epi64((long long)stq1_sign_bits(blk)));
+    return _mm512_ternarylogic_epi32(stq1_codes512(blk), sign, _mm512_set1_epi8(15), 0xe4); /* c ? a : b */
+}
+
+/* AVX-512BW: the sign bits of a block in plane-position order as a byte mask (the broadcast sign qword
+ * spread to one byte per position and tested against its bit; `spread`, `bit` = STQ1_SIGN_SPREAD,
+ * STQ1_SIGN_BIT), and the clean 5-bit indices. */
+HYMT_TARGET_AVX512 HYMT_INLINE __mmask64 stq1_signs_bw(const uint8_t *blk, __m512i spread, __m512i bit) {
+    __m512i s = _mm512_shuffle_epi8(_mm512_set1_epi64((long long)stq1_sign_bits(blk)), spread);
+    return _mm512_test_epi8_mask(s, bit);
+}
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_index_bw(const uint8_t *blk, __m512i spread, __m512i bit) {
+    __m512i nib = _mm512_and_si512(stq1_codes512(blk), _mm512_set1_epi8(15));
+    return _mm512_mask_add_epi8(nib, stq1_signs_bw(blk, spread, bit), nib, _mm512_set1_epi8(16));
+}
+
+#define STQ1_LOAD64(table) _mm512_loadu_si512((const void *)(table))
+
 /* Planes of one row-block: VBMI variant (sign as index bit 4, one vpermb per plane). */
 #define STQ1_PLANES_VBMI(blk, pl)                                                                       \
     do {                                                                                                \
-        __m512i nib_ = stq1_nibbles512(blk);                                                            \
-        __m512i idx_ = _mm512_mask_add_epi8(nib_, _cvtu64_mask64(stq1_sign_bits(blk)), nib_, c16);     \
+        __m512i idx_ = stq1_index_vbmi(blk, sign_shifts);                                               \
         for (int p_ = 0; p_ < 4; p_++) (pl)[p_] = _mm512_permutexvar_epi8(idx_, tab[p_]);              \
     } while (0)
 
 /* Planes of one row-block: AVX-512BW variant (masked vpshufb selects the sign-1 table). */
 #define STQ1_PLANES_BW(blk, pl)                                                                         \
     do {                                                                                                \
-        __m512i nib_ = stq1_nibbles512(blk);                                                            \
-        __mmask64 neg_ = _cvtu64_mask64(stq1_sign_bits(blk));                                           \
+        __m512i nib_ = _mm512_and_si512(stq1_codes512(blk), _mm512_set1_epi8(15));                      \
+        __mmask64 neg_ = stq1_signs_bw(blk, sign_spread, sign_bit);                                     \
         for (int p_ = 0; p_ < 4; p_++)                                                                  \
             (pl)[p_] = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p_], nib_), neg_, tab1[p_], nib_); \
     } while (0)
@@ -296,10 +402,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
     }
 
 #define STQ1_TABLES_VBMI                                                                                \
-    const __m512i c16 = _mm512_set1_epi8(16); /* the sign bit's index weight */                         \
+    const __m512i sign_shifts = STQ1_LOAD64(STQ1_SIGN_SHIFT);                                           \
     __m512i tab[4];                                                                                     \
     stq1_tables_vbmi(tab)
 #define STQ1_TABLES_BW                                                                                  \
+    const __m512i sign_spread = STQ1_LOAD64(STQ1_SIGN_SPREAD), sign_bit = STQ1_LOAD64(STQ1_SIGN_BIT);   \
     __m512i tab0[4], tab1[4];                                                                           \
     stq1_tables_bw(tab0, tab1)
 STQ1_GEMV_TILE(stq1_gemv_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, STQ1_PLANES_VBMI)
@@ -365,14 +472,16 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                  __mmask64 neg0 = _mm512_test_epi8_mask(x0, _mm512_set1_epi8(16));
                  __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW)
 
-#define STQ1_GEMM_TILES(NAME, TARGET, TILE, VBMI)                                                       \
+#define STQ1_GEMM_TILES(NAME, TARGET, TILE, VBMI, INDEX)                                                       \
     TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
                             size_t act_stride, int64_t n, int64_t cols, float *y, int64_t y_stride) {  \
         int64_t nb = cols / STQ1_BLOCK;                                                                 \
         __m512i tab0[4], tab1[4]; /* VBMI: 32-entry plane tables; BW: sign-0 / sign-1 tables */        \
         stq1_tables_bw(tab0, tab1);                                                                     \
         if (VBMI) stq1_tables_vbmi(tab0);                                                               \
-        const __m512i c16 = _mm512_set1_epi8(16);                                                       \
+        const __m512i sign_shifts = STQ1_LOAD64(STQ1_SIGN_SHIFT), sign_spread = STQ1_LOAD64(STQ1_SIGN_SPREAD), \
+                      sign_bit = STQ1_LOAD64(STQ1_SIGN_BIT);                                            \
+        (void)sign_shifts, (void)sign_spread, (void)sign_bit;                                           \
         __m512i row_offsets = hymt_row_offsets(row_bytes);                                              \
         HYMT_ALIGNED64 __m512i ix[STQ1_TILE_BLOCKS][2][16]; /* [block][half][j] lane i: groups 4j.. */  \
         HYMT_ALIGNED64 float dv[STQ1_TILE_BLOCKS][2][16];   /* [block][half][row] scales */             \
@@ -393,8 +502,7 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                             /* rows past the tile's end repeat its last row (masked at the store) */    \
                             int row = 16 * h + i < rows ? 16 * h + i : rows - 1;                        \
                             const uint8_t *blk = wt + row * row_bytes + (b0 + c) * STQ1_BYTES;          \
-                            __m512i nib = stq1_nibbles512(blk);                                         \
-                            rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16); \
+                            rix[i] = INDEX(blk);                                                        \
                         }                                                                               \
                         hymt_transpose16_epi32(rix, ix[c][h]);                                          \
                         _mm512_store_ps(dv[c][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], \
@@ -431,8 +539,10 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
         }                                                                                               \
     }
 
-STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1)
-STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0)
+#define STQ1_INDEX_VBMI(blk) stq1_index_vbmi(blk, sign_shifts)
+#define STQ1_INDEX_BW(blk) stq1_index_bw(blk, sign_spread, sign_bit)
+STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1, STQ1_INDEX_VBMI)
+STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0, STQ1_INDEX_BW)
 
 /* ---- AMX batched kernel (n ≥ STQ1_AMX_MIN where hymt_amx_active(); lowbit_amx.h) ----
  * A block is one activation group. Its B tiles: the transposed index vectors (as the batched vector
@@ -451,13 +561,12 @@ HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_tables(__m512i tab[4]) {
 /* Digit planes of block b of 16 rows, bt[plane][k/4][row·4 + k%4] (rows past `rows` repeat the last). */
 HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_decode(const uint8_t *wt, size_t row_bytes, int rows, int64_t b,
                                                  const __m512i *tab, int8_t (*bt)[16][64]) {
-    const __m512i c16 = _mm512_set1_epi8(16);
-    __m512i rix[16], ix[16]; /* [row] 64 group indices; [j] lane i: groups 4j..4j+3 of row i */
+    const __m512i sign_shifts = STQ1_LOAD64(STQ1_SIGN_SHIFT);
+    __m512i rix[16], ix[16]; /* [row] 64 group indices; [j] lane i: plane positions 4j..4j+3 of row i */
     _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
         const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES;
         _mm_prefetch((const char *)blk + 32 * row_bytes, _MM_HINT_T0); /* the next 32-row tile */
-        __m512i nib = stq1_nibbles512(blk);
-        rix[i] = _mm512_mask_add_epi8(nib, _cvtu64_mask64(stq1_sign_bits(blk)), nib, c16);
+        rix[i] = stq1_index_vbmi(blk, sign_shifts);
     }
     hymt_transpose16_epi32(rix, ix);
     for (int p = 0; p < 4; p++)
@@ -494,7 +603,7 @@ static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t 
     }
 }
 
-/* ---- AVX2: per half-block of 32 groups, pshufb lookups of the sign-0 / sign-1 tables (bit 7 of
+/* ---- AVX2: per half-block of 32 groups (plane positions 32h..32h+31), pshufb lookups of the sign-0 / sign-1 tables (bit 7 of
  * the index zeroes the unused one), maddubs + madd, one horizontal sum per row-block. ---- */
 
 HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -508,9 +617,10 @@ HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_
         tab0[p] = _mm256_and_si256(_mm256_srli_epi16(sign0, 2 * p), _mm256_set1_epi8(3));
         tab1[p] = _mm256_and_si256(_mm256_srli_epi16(sign1, 2 * p), _mm256_set1_epi8(3));
     }
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                            3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    /* plane positions 32h..32h+31 (groups 2b + h): their sign byte and bit (STQ1_SIGN_SPREAD, _BIT) */
+    const __m256i spread = _mm256_loadu_si256((const __m256i *)STQ1_SIGN_SPREAD);
+    const __m256i bit[2] = {_mm256_loadu_si256((const __m256i *)STQ1_SIGN_BIT),
+                            _mm256_loadu_si256((const __m256i *)(STQ1_SIGN_BIT + 32))};
     const __m256i hi = _mm256_set1_epi8((char)0x80);
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t r = r0; r < r1; r++) {
@@ -521,14 +631,12 @@ HYMT_TARGET_AVX2 static void hymt_gemm_stq1_0_avx2(const uint8_t *w, size_t row_
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = row + b * STQ1_BYTES;
                 __m256i pl[2][4];
-                for (int h = 0; h < 2; h++) {
-                    __m256i wd = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
-                    __m256i nib = _mm256_and_si256(_mm256_or_si256(wd, _mm256_slli_epi16(wd, 4)),
-                                                   _mm256_set1_epi16(0x0f0f));
-                    uint32_t s;
-                    memcpy(&s, blk + 32 + 4 * h, 4);
-                    __m256i neg = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), spread);
-                    neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg, bit), bit);
+                const __m256i codes = _mm256_loadu_si256((const __m256i *)blk);
+                const __m256i signs = _mm256_set1_epi64x((long long)stq1_sign_bits(blk));
+                for (int h = 0; h < 2; h++) { /* h = 0: low nibbles (even groups), 1: high (odd) */
+                    __m256i nib = _mm256_and_si256(h ? _mm256_srli_epi16(codes, 4) : codes, _mm256_set1_epi8(15));
+                    __m256i neg = _mm256_shuffle_epi8(signs, spread);
+                    neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg, bit[h]), bit[h]);
                     __m256i idx0 = _mm256_or_si256(nib, _mm256_and_si256(neg, hi)); /* zero where sign 1 */
                     __m256i idx1 = _mm256_xor_si256(idx0, hi);                      /* zero where sign 0 */
                     for (int p = 0; p < 4; p++)
@@ -563,8 +671,6 @@ HYMT_TARGET_DOTPROD static void stq1_gemm_neon_dotprod(const uint8_t *w, size_t 
                                                        int64_t cols, float *y, int64_t y_stride) {
     int64_t nb = cols / STQ1_BLOCK;
     const uint8x16x2_t book = {{vld1q_u8(STQ1_CODEBOOK), vld1q_u8(STQ1_CODEBOOK + 16)}};
-    static const uint8_t bit_bytes[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    const uint8x16_t bits = vld1q_u8(bit_bytes);
     const uint8x16_t three = vdupq_n_u8(3);
     const int8x16_t one = vdupq_n_s8(1);
     for (int64_t r = r0; r < r1; r++) {
@@ -574,13 +680,13 @@ HYMT_TARGET_DOTPROD static void stq1_gemm_neon_dotprod(const uint8_t *w, size_t 
             float acc[HYMT_LOWBIT_TOKEN_TILE] = {0};
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = row + b * STQ1_BYTES;
-                int8x16_t dg[4][4]; /* [chunk of 16 groups][plane]: digits −1..1 */
-                for (int k = 0; k < 4; k++) {
-                    uint8x8_t v = vld1_u8(blk + 8 * k);
-                    uint8x8x2_t z = vzip_u8(vand_u8(v, vdup_n_u8(15)), vshr_n_u8(v, 4));
-                    uint8x16_t nib = vcombine_u8(z.val[0], z.val[1]);
-                    uint8x16_t sb = vcombine_u8(vdup_n_u8(blk[32 + 2 * k]), vdup_n_u8(blk[33 + 2 * k]));
-                    uint8x16_t neg = vtstq_u8(sb, bits);
+                int8x16_t dg[4][4]; /* [plane positions 16k..16k+15][plane]: digits −1..1 */
+                const uint8x16_t signs = vcombine_u8(vld1_u8(blk + 32), vdup_n_u8(0));
+                for (int k = 0; k < 4; k++) { /* groups 2·(16·(k % 2) + i) + k / 2 */
+                    uint8x16_t v = vld1q_u8(blk + 16 * (k & 1));
+                    uint8x16_t nib = k < 2 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4);
+                    uint8x16_t sb = vqtbl1q_u8(signs, vld1q_u8(STQ1_SIGN_SPREAD + 16 * k));
+                    uint8x16_t neg = vtstq_u8(sb, vld1q_u8(STQ1_SIGN_BIT + 16 * k));
                     uint8x16_t cb = vqtbl2q_u8(book, vorrq_u8(nib, vandq_u8(neg, vdupq_n_u8(16))));
                     dg[k][0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(cb, three)), one);
                     dg[k][1] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(cb, 2), three)), one);
