@@ -330,7 +330,43 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
  * +2 % (T0 instead of T1: within noise). Stopping the run-ahead at the end of the call's rows (as
  * Q2_0C does) was no better here and cost the 1.25Bit model's decode ~2 %: its gate/up product runs in
  * 64-row calls whose next rows are the same thread's. Two tiles ahead, or one contiguous range per
- * block step: no better. */
+ * block step: no better.
+ * At T = 1 the prefetch is placed like Q2_0C's: block step b owns the b-th share of 16 · STQ1_BYTES
+ * contiguous bytes of the next tile (10–11 lines), each line once over the steps, one prefetch in each
+ * of the step's first row iterations (the decode runs between them) instead of one per row at
+ * blk + 16 · row_bytes (16 a step, row-strided, lines repeated). 16384×2048 from a 1 GB pool (DRAM),
+ * alternated runs against the per-row placement, medians: n = 1, 1 thread 10.35 → 11.03 GB/s, 2 threads
+ * 8.31 → 8.78 (machine shared); kernel benchmark layer n = 1, 1 thread 112 → 103 µs. At T = 2, 3 the
+ * same share placement lost (n = 2 −1..3 %, n = 3 −2..5 %: more decode per row, the shares' last rows
+ * arrive late), so those keep the per-row prefetch. Row-strided and deduplicated (the line starting in
+ * the next tile's row-block, if any, a data-dependent branch per row): −8 % at n = 1..3. */
+typedef struct {
+    const uint8_t *lo, *hi;
+} stq1_lines;
+
+HYMT_INLINE const uint8_t *stq1_line_up(const uint8_t *p) {
+    return (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+/* The lines block step b of nb prefetches of the next tile nx (16 · row_bytes contiguous bytes): those
+ * starting in its b-th share of 16 · STQ1_BYTES bytes (the last share runs to the tile's end), so each
+ * line once over the steps; 10 or 11 lines per step. */
+HYMT_INLINE stq1_lines stq1_step_lines(const uint8_t *nx, int64_t b, int64_t nb, size_t row_bytes) {
+    const uint8_t *end = b + 1 < nb ? nx + (b + 1) * 16 * STQ1_BYTES : nx + 16 * row_bytes;
+    stq1_lines l = {stq1_line_up(nx + b * 16 * STQ1_BYTES), stq1_line_up(end)};
+    return l;
+}
+
+/* Line i of a step, issued in row iteration i (one per row-block of work). */
+HYMT_INLINE void stq1_prefetch_line(stq1_lines l, int i) {
+    if (l.lo + 64 * i < l.hi) _mm_prefetch((const char *)(l.lo + 64 * i), _MM_HINT_T1);
+}
+
+/* The step's lines past the 16 of its row iterations (none unless rows carry padding). */
+HYMT_INLINE void stq1_prefetch_rest(stq1_lines l) {
+    for (const uint8_t *p = l.lo + 64 * 16; p < l.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
+
 #define STQ1_GEMV_TILE(NAME, TARGET, TABLES, PLANES)                                                    \
     TARGET HYMT_INLINE void NAME(const uint8_t *wt, size_t row_bytes, int rows, const hymt_q8g *a0,    \
                                  size_t ts, int64_t nb, float *yt, int64_t y_stride, const int T) {     \
@@ -338,7 +374,9 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
         const __m512i row_offsets = hymt_row_offsets(row_bytes);                                        \
         const __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                      \
         __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* [token] */  \
+        const uint8_t *nx = wt + 16 * row_bytes; /* the next tile: 16 rows, contiguous */              \
         for (int64_t b = 0; b < nb; b++) {                                                              \
+            const stq1_lines pf = stq1_step_lines(nx, b, nb, row_bytes);                                \
             __m512i quarter[3][4]; /* [token][m]: rows 4m..4m+3 per quarter */                          \
             _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                       \
                 __m512i pair[3][2]; /* [token][h]: rows 4m+2h, 4m+2h+1 */                                \
@@ -348,7 +386,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
                         int i = 4 * m + 2 * h + e;                                                      \
                         /* rows past the tile's end repeat its last row (lanes masked at the store) */  \
                         const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES; \
-                        _mm_prefetch((const char *)blk + 16 * row_bytes, _MM_HINT_T1);                  \
+                        if (T == 1)                                                                     \
+                            stq1_prefetch_line(pf, i);                                                  \
+                        else                                                                            \
+                            _mm_prefetch((const char *)blk + 16 * row_bytes, _MM_HINT_T1);              \
                         __m512i pl[4];                                                                  \
                         PLANES(blk, pl);                                                                \
                         for (int t = 0; t < T; t++) {                                                   \
@@ -364,6 +405,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
                 }                                                                                       \
                 for (int t = 0; t < T; t++) quarter[t][m] = stq1_fold2(pair[t][0], pair[t][1]);         \
             }                                                                                           \
+            if (T == 1) stq1_prefetch_rest(pf);                                                         \
             __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * STQ1_BYTES + 38, 1);           \
             for (int t = 0; t < T; t++) {                                                               \
                 const hymt_q8g *g = a0 + t * ts + b;                                                    \
