@@ -642,6 +642,17 @@ HYMT_INLINE void hymt_q8_0_amx_prefetch(const uint8_t *w, size_t row_bytes, int6
     } while (0)
 #define HYMT_Q8_0_AMX_FLOAT(b) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf[(b) % 4], b)
 
+/* One token tile's group total into the pass totals: acc[i][col..col+16) += s × gacc[i] (fma), then
+ * gacc cleared for the next tile. */
+HYMT_TARGET_AMX HYMT_INLINE void hymt_q8_0_amx_accumulate(float (*acc)[HYMT_Q8_0_AMX_PASS], int col, const float *s16,
+                                                          __m512 *gacc) {
+    const __m512 s = _mm512_load_ps(s16);
+    for (int i = 0; i < 16; i++) {
+        _mm512_store_ps(acc[i] + col, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + col)));
+        gacc[i] = _mm512_setzero_ps();
+    }
+}
+
 HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                float *y, int64_t y_stride) {
@@ -710,17 +721,10 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
                         HYMT_Q8_0_AMX_FLOAT(5);
                         HYMT_Q8_0_AMX_FLOAT(6);
                         HYMT_Q8_0_AMX_FLOAT(7);
-                        const __m512 s = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16);
-                        for (int i = 0; i < 16; i++) {
-                            _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
-                            gacc[i] = _mm512_setzero_ps();
-                        }
+                        hymt_q8_0_amx_accumulate(acc, 16 * k, bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16, gacc);
 #pragma GCC unroll 8
                         for (int b = 0; b < 8; b++) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf2[b], b);
-                        const __m512 s2 = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k + 1) * 16);
-                        for (int i = 0; i < 16; i++)
-                            _mm512_store_ps(acc[i] + 16 * (k + 1),
-                                            _mm512_fmadd_ps(s2, gacc[i], _mm512_load_ps(acc[i] + 16 * (k + 1))));
+                        hymt_q8_0_amx_accumulate(acc, 16 * (k + 1), bt->sv + ((size_t)g * tiles + t0 / 16 + k + 1) * 16, gacc);
                     } else {
                         /* the next step's B tiles: this group's next token tile, else the next group's first */
                         const int8_t *vbn = kn < nk ? bt->vb + ((size_t)g * tiles + t0 / 16 + kn) * 8 * 512
@@ -751,9 +755,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
                         HYMT_Q8_0_AMX_FLOAT(5);
                         HYMT_Q8_0_AMX_FLOAT(6);
                         HYMT_Q8_0_AMX_FLOAT(7);
-                        const __m512 s = _mm512_load_ps(bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16);
-                        for (int i = 0; i < 16; i++)
-                            _mm512_store_ps(acc[i] + 16 * k, _mm512_fmadd_ps(s, gacc[i], _mm512_load_ps(acc[i] + 16 * k)));
+                        hymt_q8_0_amx_accumulate(acc, 16 * k, bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16, gacc);
                     }
                     k = kn;
                 }
