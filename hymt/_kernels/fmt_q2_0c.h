@@ -205,32 +205,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i q2c_bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
-/* The lines one half-block step prefetches: those starting in [pf, pf + pf_step) (so each line once over
- * the steps) and below pf_end, i.e. [lo, hi) in 64-byte steps; pf_step is 8 · 130 bytes, 16 or 17 lines. */
-typedef struct {
-    const uint8_t *lo, *hi;
-} q2c_lines;
-
-HYMT_INLINE const uint8_t *q2c_line_up(const uint8_t *p) {
-    return (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-}
-
-HYMT_INLINE q2c_lines q2c_step_lines(const uint8_t *pf, size_t pf_step, const uint8_t *pf_end) {
-    q2c_lines l = {q2c_line_up(pf), q2c_line_up(pf + pf_step)};
-    if (l.hi > pf_end) l.hi = pf_end;
-    return l;
-}
-
-/* Line j of a step, issued in the step's j loop (one per 4 code bytes × 16 rows of work). */
-HYMT_INLINE void q2c_prefetch_line(q2c_lines l, int j) {
-    if (l.lo + 64 * j < l.hi) _mm_prefetch((const char *)(l.lo + 64 * j), _MM_HINT_T1);
-}
-
-/* The step's lines past the 16 of its j loop (at most one). */
-HYMT_INLINE void q2c_prefetch_rest(q2c_lines l) {
-    for (const uint8_t *p = l.lo + 64 * 16; p < l.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
-}
-
 /* The 64 code bytes of half h of block b for a tile's rows (rows past `rows` read as 0), transposed so
  * that c[j] lane i holds bytes 4j..4j+3 of row i. */
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_half_codes(const uint8_t *wt, size_t row_bytes, int rows, int64_t b, int h,
@@ -270,14 +244,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
         for (int h = 0; h < 2; h++) {
             __m512i c[16];
             q2c_half_codes(wt, row_bytes, rows, b, h, c);
-            q2c_lines pl = q2c_step_lines(pf, pf_step, pf_end);
+            const hymt_lines pl = hymt_step_lines(pf, pf + pf_step, pf_end); /* 16 or 17 lines */
             pf += pf_step;
             __m512i acc[4][4]; /* [token][plane] */
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] =
                 _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
-                q2c_prefetch_line(pl, j);
+                hymt_prefetch_line(pl, j);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(c[j], m2), p3 = _mm512_and_si512(c[j], m3);
                 _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
@@ -288,7 +262,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
                     acc[t][3] = _mm512_dpbusd_epi32(acc[t][3], p3, q2c_bcast4(q + 192));
                 }
             }
-            q2c_prefetch_rest(pl);
+            hymt_prefetch_rest(pl);
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc[t][1], 2)),
                                              _mm512_add_epi32(_mm512_srai_epi32(acc[t][2], 4), _mm512_srai_epi32(acc[t][3], 6)));
@@ -316,13 +290,13 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
         for (int h = 0; h < 2; h++) {
             __m512i c[16];
             q2c_half_codes(wt, row_bytes, rows, b, h, c);
-            q2c_lines pl = q2c_step_lines(pf, pf_step, pf_end);
+            const hymt_lines pl = hymt_step_lines(pf, pf + pf_step, pf_end); /* 16 or 17 lines */
             pf += pf_step;
             __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 2") for (int j = 0; j < 16; j++) {
-                q2c_prefetch_line(pl, j);
+                hymt_prefetch_line(pl, j);
                 __m512i hi = _mm512_srli_epi16(c[j], 4);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(hi, m0), p3 = _mm512_and_si512(hi, m1);
@@ -334,7 +308,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
                     acc4[t] = _mm512_dpbusd_epi32(acc4[t], p3, q2c_bcast4(q + 192));
                 }
             }
-            q2c_prefetch_rest(pl);
+            hymt_prefetch_rest(pl);
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
                 facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
@@ -352,7 +326,7 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
     size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
     const uint8_t *pf_end = w + r1 * row_bytes;
     const uint8_t *start = w + r0 * row_bytes; /* the tiles the first steps' prefetches skipped */
-    q2c_lines first = q2c_step_lines(start, (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes, pf_end);
+    hymt_lines first = hymt_step_lines(start, start + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes, pf_end);
     first.lo = (const uint8_t *)((uintptr_t)start & ~(uintptr_t)63); /* with the line start is in */
     for (const uint8_t *p = first.lo; p < first.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
     for (int64_t r = r0; r < r1; r += 16) {

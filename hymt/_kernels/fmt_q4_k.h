@@ -633,8 +633,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
                                                       size_t tile_bytes) {                                      \
         hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride, stage, tile_bytes);    \
     }
-HYMT_Q4_K_ROWS(1)
-HYMT_Q4_K_ROWS(2)
 HYMT_Q4_K_ROWS(3)
 HYMT_Q4_K_ROWS(4)
 HYMT_Q4_K_ROWS(5)
@@ -645,9 +643,9 @@ HYMT_Q4_K_ROWS(8)
 typedef void (*hymt_q4_k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
                                   size_t act_stride, int64_t nb, float *y, int64_t y_stride, uint8_t *stage,
                                   size_t tile_bytes);
-static const hymt_q4_k_rows_fn hymt_q4_k_rowfns[HYMT_Q4_K_ROWS_MAX] = {
-    hymt_q4_k_rows_1, hymt_q4_k_rows_2, hymt_q4_k_rows_3, hymt_q4_k_rows_4,
-    hymt_q4_k_rows_5, hymt_q4_k_rows_6, hymt_q4_k_rows_7, hymt_q4_k_rows_8};
+/* [n - HYMT_Q4_K_GEMV_MAX - 1]: 1-2 tokens take the row-at-a-time GEMV */
+static const hymt_q4_k_rows_fn hymt_q4_k_rowfns[HYMT_Q4_K_ROWS_MAX - HYMT_Q4_K_GEMV_MAX] = {
+    hymt_q4_k_rows_3, hymt_q4_k_rows_4, hymt_q4_k_rows_5, hymt_q4_k_rows_6, hymt_q4_k_rows_7, hymt_q4_k_rows_8};
 
 /* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
  * once into L1 and every token of the pass runs over them. While a tile is read, the next one
@@ -660,7 +658,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
         const size_t tile_bytes = (16 * row_bytes + 63) / 64 * 64;
         uint8_t *stage = (uint8_t *)aligned_alloc(64, 2 * tile_bytes); /* [2][tile_bytes] */
         if (stage != NULL) {
-            hymt_q4_k_rowfns[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride, stage, tile_bytes);
+            hymt_q4_k_rowfns[n - HYMT_Q4_K_GEMV_MAX - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride, stage,
+                                                         tile_bytes);
             free(stage);
             return;
         }

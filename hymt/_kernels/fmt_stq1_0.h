@@ -340,33 +340,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
  * same share placement lost (n = 2 −1..3 %, n = 3 −2..5 %: more decode per row, the shares' last rows
  * arrive late), so those keep the per-row prefetch. Row-strided and deduplicated (the line starting in
  * the next tile's row-block, if any, a data-dependent branch per row): −8 % at n = 1..3. */
-typedef struct {
-    const uint8_t *lo, *hi;
-} stq1_lines;
-
-HYMT_INLINE const uint8_t *stq1_line_up(const uint8_t *p) {
-    return (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-}
 
 /* The lines block step b of nb prefetches of the next tile nx (16 · row_bytes contiguous bytes): those
  * starting in its b-th share of 16 · STQ1_BYTES bytes (the last share runs to the tile's end), so each
  * line once over the steps; 10 or 11 lines per step. */
-HYMT_INLINE stq1_lines stq1_step_lines(const uint8_t *nx, int64_t b, int64_t nb, size_t row_bytes) {
-    const uint8_t *end = b + 1 < nb ? nx + (b + 1) * 16 * STQ1_BYTES : nx + 16 * row_bytes;
-    stq1_lines l = {stq1_line_up(nx + b * 16 * STQ1_BYTES), stq1_line_up(end)};
-    return l;
+HYMT_INLINE hymt_lines stq1_step_lines(const uint8_t *nx, int64_t b, int64_t nb, size_t row_bytes) {
+    const uint8_t *tile_end = nx + 16 * row_bytes;
+    return hymt_step_lines(nx + b * 16 * STQ1_BYTES, b + 1 < nb ? nx + (b + 1) * 16 * STQ1_BYTES : tile_end,
+                           hymt_line_up(tile_end));
 }
-
-/* Line i of a step, issued in row iteration i (one per row-block of work). */
-HYMT_INLINE void stq1_prefetch_line(stq1_lines l, int i) {
-    if (l.lo + 64 * i < l.hi) _mm_prefetch((const char *)(l.lo + 64 * i), _MM_HINT_T1);
-}
-
-/* The step's lines past the 16 of its row iterations (none unless rows carry padding). */
-HYMT_INLINE void stq1_prefetch_rest(stq1_lines l) {
-    for (const uint8_t *p = l.lo + 64 * 16; p < l.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
-}
-
 #define STQ1_GEMV_TILE(NAME, TARGET, TABLES, PLANES)                                                    \
     TARGET HYMT_INLINE void NAME(const uint8_t *wt, size_t row_bytes, int rows, const hymt_q8g *a0,    \
                                  size_t ts, int64_t nb, float *yt, int64_t y_stride, const int T) {     \
@@ -376,7 +358,7 @@ HYMT_INLINE void stq1_prefetch_rest(stq1_lines l) {
         __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* [token] */  \
         const uint8_t *nx = wt + 16 * row_bytes; /* the next tile: 16 rows, contiguous */              \
         for (int64_t b = 0; b < nb; b++) {                                                              \
-            const stq1_lines pf = stq1_step_lines(nx, b, nb, row_bytes);                                \
+            const hymt_lines pf = stq1_step_lines(nx, b, nb, row_bytes);                                \
             __m512i quarter[3][4]; /* [token][m]: rows 4m..4m+3 per quarter */                          \
             _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                       \
                 __m512i pair[3][2]; /* [token][h]: rows 4m+2h, 4m+2h+1 */                                \
@@ -387,7 +369,7 @@ HYMT_INLINE void stq1_prefetch_rest(stq1_lines l) {
                         /* rows past the tile's end repeat its last row (lanes masked at the store) */  \
                         const uint8_t *blk = wt + (i < rows ? i : rows - 1) * row_bytes + b * STQ1_BYTES; \
                         if (T == 1)                                                                     \
-                            stq1_prefetch_line(pf, i);                                                  \
+                            hymt_prefetch_line(pf, i);                                                  \
                         else                                                                            \
                             _mm_prefetch((const char *)blk + 16 * row_bytes, _MM_HINT_T1);              \
                         __m512i pl[4];                                                                  \
@@ -405,7 +387,7 @@ HYMT_INLINE void stq1_prefetch_rest(stq1_lines l) {
                 }                                                                                       \
                 for (int t = 0; t < T; t++) quarter[t][m] = stq1_fold2(pair[t][0], pair[t][1]);         \
             }                                                                                           \
-            if (T == 1) stq1_prefetch_rest(pf);                                                         \
+            if (T == 1) hymt_prefetch_rest(pf);                                                         \
             __m512 d = hymt_gather_scales(wt, row_offsets, row_mask, b * STQ1_BYTES + 38, 1);           \
             for (int t = 0; t < T; t++) {                                                               \
                 const hymt_q8g *g = a0 + t * ts + b;                                                    \

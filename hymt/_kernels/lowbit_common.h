@@ -32,6 +32,34 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_row_offsets(size_t row_bytes) {
     return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                               _mm512_set1_epi32((int)row_bytes));
 }
+
+/* The lines one GEMV step prefetches, [lo, hi) in 64-byte steps: the steps of a row tile split the next
+ * tile's bytes between them so each line is fetched once, one prefetch per inner iteration with the
+ * compute between them (where the prefetches sit mattered as much as their distance: fmt_q2_0c.h). */
+typedef struct {
+    const uint8_t *lo, *hi;
+} hymt_lines;
+
+HYMT_INLINE const uint8_t *hymt_line_up(const uint8_t *p) {
+    return (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+/* The lines starting in [from, to), clamped to end (bytes past the call's rows are not fetched). */
+HYMT_INLINE hymt_lines hymt_step_lines(const uint8_t *from, const uint8_t *to, const uint8_t *end) {
+    hymt_lines l = {hymt_line_up(from), hymt_line_up(to)};
+    if (l.hi > end) l.hi = end;
+    return l;
+}
+
+/* Line i of a step, issued in the step's inner iteration i. */
+HYMT_INLINE void hymt_prefetch_line(hymt_lines l, int i) {
+    if (l.lo + 64 * i < l.hi) _mm_prefetch((const char *)(l.lo + 64 * i), _MM_HINT_T1);
+}
+
+/* The step's lines past the 16 of its inner iterations. */
+HYMT_INLINE void hymt_prefetch_rest(hymt_lines l) {
+    for (const uint8_t *p = l.lo + 64 * 16; p < l.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
 #endif
 
 #endif /* HYMT_LOWBIT_COMMON_H */

@@ -112,9 +112,8 @@ static void hymt_rope(float *x, int64_t n, int64_t heads, int64_t D, const int64
     for (int64_t t = 0; t < n; t++) hymt_rope_token(x + t * heads * D, heads, D, (float)pos[t], freqs);
 }
 
-/* Per-head RMSNorm and RoPE of q[n, H, D] and k[n, K, D] in place, in the architecture's order:
- * norm_first = 0 (hunyuan-dense): RoPE then norm; norm_first = 1 (hy_v3): norm then RoPE. */
-/* Per-head RMSNorm (weights w[D]) and RoPE of heads x[heads, D] of one token at position pos, in place. */
+/* Per-head RMSNorm (weights w[D]) and RoPE of heads x[heads, D] of one token at position pos, in place,
+ * in the architecture's order: norm_first = 0 (hunyuan-dense): RoPE then norm; 1 (hy_v3): norm then RoPE. */
 static inline void hymt_norm_rope_heads(float *x, int64_t heads, int64_t D, float pos, const float *freqs,
                                         const float *w, float eps, int norm_first) {
     if (!norm_first) hymt_rope_token(x, heads, D, pos, freqs);
@@ -122,6 +121,7 @@ static inline void hymt_norm_rope_heads(float *x, int64_t heads, int64_t D, floa
     if (norm_first) hymt_rope_token(x, heads, D, pos, freqs);
 }
 
+/* hymt_norm_rope_heads over every token of q[n, H, D] and k[n, K, D]. */
 static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t K, int64_t D, const int64_t *pos,
                               const float *freqs, const float *q_norm, const float *k_norm, float eps,
                               int norm_first, int threads) {
@@ -472,6 +472,17 @@ typedef struct {
     int norm_first;
 } hymt_attention_prep;
 
+/* Append rows [t0, t1) of segment s (batch rows row0 + t, cache rows start + t), kv heads [kv0, kv1), of
+ * prep's k and v to the segment's caches. */
+static inline void hymt_attention_append(const hymt_attention_prep *prep, int64_t s, int64_t start, int64_t row0,
+                                         int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t K, int64_t D) {
+    const size_t bytes = (size_t)((kv1 - kv0) * D) * sizeof(float);
+    for (int64_t t = t0; t < t1; t++) {
+        memcpy(prep->key_caches[s] + ((start + t) * K + kv0) * D, prep->k + ((row0 + t) * K + kv0) * D, bytes);
+        memcpy(prep->value_caches[s] + ((start + t) * K + kv0) * D, prep->v + ((row0 + t) * K + kv0) * D, bytes);
+    }
+}
+
 /* prep's work for tokens [t0, t1) of segment s (batch rows row0 + t, cache rows start + t) and kv heads
  * [kv0, kv1) with their query heads: the same operations per element as hymt_qk_norm_rope and a copy. */
 static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, int64_t start, int64_t row0,
@@ -488,13 +499,11 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
     for (int64_t t = t0; t < t1; t++) {
         const int64_t r = row0 + t;
         const float pos = (float)prep->positions[r];
-        float *kr = prep->k + (r * K + kv0) * D;
         hymt_norm_rope_heads(prep->q + (r * H + kv0 * group) * D, (kv1 - kv0) * group, D, pos, prep->freqs,
                              prep->q_norm, prep->eps, prep->norm_first);
-        hymt_norm_rope_heads(kr, kv1 - kv0, D, pos, prep->freqs, prep->k_norm, prep->eps, prep->norm_first);
-        memcpy(prep->key_caches[s] + ((start + t) * K + kv0) * D, kr, (size_t)((kv1 - kv0) * D) * sizeof(float));
-        memcpy(prep->value_caches[s] + ((start + t) * K + kv0) * D, prep->v + (r * K + kv0) * D,
-               (size_t)((kv1 - kv0) * D) * sizeof(float));
+        hymt_norm_rope_heads(prep->k + (r * K + kv0) * D, kv1 - kv0, D, pos, prep->freqs, prep->k_norm, prep->eps,
+                             prep->norm_first);
+        hymt_attention_append(prep, s, start, row0, t, t + 1, kv0, kv1, K, D);
     }
 }
 
@@ -538,12 +547,7 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
         const int64_t n = row0[S - 1] + rows[S - 1];
         hymt_qk_norm_rope(prep->q, prep->k, n, H, K, D, prep->positions, prep->freqs, prep->q_norm, prep->k_norm,
                           prep->eps, prep->norm_first, threads);
-        for (int64_t s = 0; s < S; s++) {
-            memcpy(prep->key_caches[s] + starts[s] * K * D, prep->k + row0[s] * K * D,
-                   (size_t)(rows[s] * K * D) * sizeof(float));
-            memcpy(prep->value_caches[s] + starts[s] * K * D, prep->v + row0[s] * K * D,
-                   (size_t)(rows[s] * K * D) * sizeof(float));
-        }
+        for (int64_t s = 0; s < S; s++) hymt_attention_append(prep, s, starts[s], row0[s], 0, rows[s], 0, K, K, D);
         prep = NULL;
     }
     int64_t *block = (int64_t *)malloc((size_t)(2 * blocks) * sizeof(int64_t)); /* [blocks, 2]: segment, t0 */
