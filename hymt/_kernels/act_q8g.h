@@ -53,22 +53,22 @@ HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hy
      * bytes, and adjacent pairs of those give Σ(q + 128) over a chunk, minus 16 · 128: exact. */
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    __m512i sad[4]; /* [four chunks] 8 sums of 8 bytes of q + 128 */
+    __m512i sad[4]; /* [j] chunks 4j .. 4j + 3: 8 sums of 8 bytes of q + 128 */
     for (int j = 0; j < 4; j++) {
         __m512i q[4]; /* chunks 4j .. 4j + 3 as int32 */
-        for (int m = 0; m < 4; m++) {
+        for (int c = 0; c < 4; c++) {
             /* clamp, then vcvtps2dq rounds half to even like nearbyintf (both follow MXCSR): the bounds
              * are integers, so clamping before rounding gives the same q; NaN products become 0 */
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * m), inv);
-            q[m] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
+            q[c] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_min_ps(_mm512_max_ps(v, lo), hi));
         }
         const __m512i b = _mm512_permutexvar_epi32(
             order, _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])));
         _mm512_storeu_si512((void *)(g->qs + 64 * j), b);
         sad[j] = _mm512_sad_epu8(_mm512_xor_si512(b, flip), zero);
     }
-    /* qword 2m (+1) of sad[j]: the halves of chunk 4j + m; pairwise sums of two vectors come out as
-     * [chunk m of the first, chunk m of the second] per 128-bit lane, the qword permute orders them */
+    /* qwords 2c, 2c + 1 of sad[j]: the halves of chunk 4j + c; pairwise sums of two vectors come out as
+     * [chunk c of the first, chunk c of the second] per 128-bit lane, the qword permute orders them */
     const __m512i pairs = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
     __m512i s07 = _mm512_add_epi64(_mm512_unpacklo_epi64(sad[0], sad[1]), _mm512_unpackhi_epi64(sad[0], sad[1]));
     __m512i s8f = _mm512_add_epi64(_mm512_unpacklo_epi64(sad[2], sad[3]), _mm512_unpackhi_epi64(sad[2], sad[3]));
