@@ -448,7 +448,22 @@ STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
  * tokens, so 5..7 tokens need one pass of lookups, not two or three). The next 32-row tile is
  * prefetched two rows per index vector j during the dot products, so its memory reads overlap the
  * arithmetic instead of arriving in one burst while the indices are built (≈10% at n = 4..16 from
- * DRAM). */
+ * DRAM).
+ * Where n = 4 goes (one thread, 1024 × 2048 in L2, TSC ticks at 2.09 GHz per 16-row block): the GEMV
+ * at n = 1 89, this kernel at n = 4 ~200: index build, transpose and scales ~66 (measured with the
+ * token loop left out), the dot phase ~130 (256 vpdpbusd + 64 vpermb; 0.51 ticks per vpdpbusd against
+ * 0.345 in a register-only vpdpbusd loop, the vpermb sharing p5), and the two phases do not overlap.
+ * From DRAM at 2 threads n = 4 runs at its L2 rate (compute-bound; 1 thread +6 %). Tried for n = 4 and
+ * not kept (session 7; alternated in one process, medians): a T = 4 pass of the GEMV (36 live vectors,
+ * spills; L2 n = 4 +14 %); planes 0, 1 and 2, 3 into two accumulator sets (16 dependency chains) with
+ * vpdpbusd in inline asm, which also removes the ~20 register copies per step GCC emits here: 204 → 201
+ * ticks (the copies cost no port); each block's indices built one block ahead of its dot products
+ * (n ≤ 8) so the build could overlap them: n = 4, 5, 8 equal in L2 (±3 %); the index vectors built
+ * from transposed code bytes (8 loads, 24 vpermt2d, two sign-dword gathers, 16 vpmultishiftqb +
+ * bit-selects instead of 16 index builds and the 64-shuffle transpose): that phase 68 → 57 ticks, but
+ * the kernel from DRAM at 2 threads n = 4 +1.5 %, n = 5 −1.3 %, n = 6 0,
+ * and as the AMX decode n = 8 +1 %, 16 +3 %, 64 +0.5 %; the AMX tiles from n = 2 (token tiles padded to
+ * 16): ~127 µs per layer call for any n = 2..6 from DRAM, against 103 µs here at n = 4. */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
