@@ -11,6 +11,21 @@
  *      (another process took its core, its pages were colder) does fewer chunks instead of holding the
  *      others at the closing barrier. For each chunk the format's GEMM runs over its rows for all n
  *      tokens (the kernel tiles tokens itself, loading each weight block once per token tile).
+ * Up to HYMT_OVERLAP_TOKENS tokens (decode) there is no barrier between the two: the (layout, token)
+ * items and then the chunks are taken from atomic counters, and a thread that finds no item left waits
+ * only until the items others took are done. Why: a worker that slept since the last region
+ * (GOMP_SPINCOUNT, set in hymt/__init__.py, is a few µs; the Python between two layers is longer) takes
+ * tens of µs to wake on this VM. The calling thread enters the region at once; with a barrier it
+ * waited for the sleeper, now it prepares the activations and streams chunks alone until the worker
+ * joins. This pays only in the
+ * first product after the gap (a layer's qkv; the worker arrived 25-45 µs late there, 1-3 µs in the
+ * others). Synthetic 1.8B decode, 2 threads, old and new alternated in one process, µs per layer's
+ * qkv (medians): 1.25Bit 1 session 68.7 → 67.1, 4 sessions 124.6 → 112.3 (another run: 92.6 → 81.3
+ * at 1 session, the wake-up is slower when the machine is busier); Q4_K within noise; o, gate/up,
+ * down unchanged. (A longer GOMP_SPINCOUNT removes the sleep itself — 30000: 1.25Bit step −5 % idle —
+ * but doubled the step beside one busy process: 49 → 87-109 ms.) A prompt keeps the barrier: its
+ * products take milliseconds, and the 64-token prefill measured 1-2 % slower without it in separate
+ * processes (not reproduced alternating in one process; kept out rather than explained).
  * Each output element is computed by one thread with an order fixed by the kernel, so results do not
  * depend on the thread count, on the chunking, or on the other tokens of the batch.
  *
@@ -41,8 +56,19 @@ static inline int omp_get_num_threads(void) { return 1; }
 #define HYMT_PARALLEL_MIN_WORK (1 << 18)
 /* gate_up_silu computes gate and up over sub-chunks of this many rows (bounds the per-thread scratch). */
 #define HYMT_SILU_ROWS 64
+/* Up to this many tokens a call starts without a team barrier (decode: see the top of the file). */
+#define HYMT_OVERLAP_TOKENS 8
 
 static int hymt_num_threads = 1;
+
+/* One step of a short spin-wait (lets the sibling hyperthread run; a no-op elsewhere). */
+static inline void hymt_spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 /* The GEMM a format uses under an ISA family: NEON without dotprod, and missing entries, run the scalar
  * reference (bit-identical by contract). */
@@ -88,6 +114,41 @@ static void hymt_mm_rows(const hymt_mm_weight *m, int64_t r0, int64_t r1, const 
 static inline int64_t hymt_row_chunk(int64_t total, int nth) {
     int64_t chunk = (total + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
     return (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
+}
+
+static inline int64_t hymt_chunk_end(int64_t ci, int64_t chunk, int64_t total) {
+    return (ci + 1) * chunk < total ? (ci + 1) * chunk : total;
+}
+
+/* Rows [start, end) of a call's rows (the weights' rows laid end to end; silu: gate and up rows, y0 =
+ * silu(gate) × up through tile [n][HYMT_SILU_ROWS], this thread's) for all n tokens. */
+static void hymt_mm_chunk(const hymt_mm_weight *m, int nm, int silu, int64_t start, int64_t end,
+                          const float *x, int64_t n, int64_t cols, float *tile) {
+    if (!silu) {
+        int64_t base = 0;
+        for (int k = 0; k < nm; k++) {
+            int64_t r0 = start - base, r1 = end - base;
+            r0 = r0 < 0 ? 0 : r0;
+            r1 = r1 > m[k].rows ? m[k].rows : r1;
+            hymt_mm_rows(&m[k], r0, r1, x, n, cols, m[k].y, m[k].y_stride);
+            base += m[k].rows;
+        }
+        return;
+    }
+    for (int64_t c = start; c < end; c += HYMT_SILU_ROWS) {
+        int64_t len = end - c < HYMT_SILU_ROWS ? end - c : HYMT_SILU_ROWS;
+        /* Row-shifted views so the kernels' absolute row indices start at c. */
+        hymt_mm_weight gate = m[0], upw = m[1];
+        gate.w += (size_t)c * gate.row_bytes;
+        upw.w += (size_t)c * upw.row_bytes;
+        hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
+        hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
+        for (int64_t t = 0; t < n; t++) {
+            float *g = m[0].y + t * m[0].y_stride + c;
+            const float *u = tile + t * HYMT_SILU_ROWS;
+            hymt_silu_mul_f32_isa(hymt_active_isa, g, u, len);
+        }
+    }
 }
 
 /* Run nm weights sharing the input x [n, cols]. silu != 0 (nm == 2): y0 = silu(W0·x) × (W1·x), with
@@ -136,48 +197,38 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
         m[k].act_stride = s >= 0 ? strides[s] : 0;
     }
 
+    const int64_t items = (int64_t)nprep * n, chunk = hymt_row_chunk(total_rows, nt);
+    const int64_t nchunks = (total_rows + chunk - 1) / chunk;
+    const int overlap = n <= HYMT_OVERLAP_TOKENS;
+    int64_t item_next = 0, items_done = 0, chunk_next = 0; /* shared counters (atomics), overlap only */
+
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        if (nprep > 0) {
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < (int64_t)nprep * n; i++) {
+        /* [n][HYMT_SILU_ROWS] up-projection tile of this thread */
+        float *tile = silu ? up + (size_t)omp_get_thread_num() * (size_t)n * HYMT_SILU_ROWS : NULL;
+        if (overlap) {
+            for (int64_t i; (i = __atomic_fetch_add(&item_next, 1, __ATOMIC_RELAXED)) < items;) {
                 int64_t s = i / n, t = i % n;
                 prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
+                __atomic_fetch_add(&items_done, 1, __ATOMIC_RELEASE);
             }
-        }
-        int tid = omp_get_thread_num();
-        int64_t chunk = hymt_row_chunk(total_rows, omp_get_num_threads());
-        int64_t nchunks = (total_rows + chunk - 1) / chunk;
+            /* the items others took (at n = 1, one, microseconds): their activations are read below */
+            while (__atomic_load_n(&items_done, __ATOMIC_ACQUIRE) < items) hymt_spin_pause();
+            for (int64_t ci; (ci = __atomic_fetch_add(&chunk_next, 1, __ATOMIC_RELAXED)) < nchunks;)
+                hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols,
+                              tile);
+        } else {
+            if (nprep > 0) {
+#pragma omp for schedule(static)
+                for (int64_t i = 0; i < items; i++) {
+                    int64_t s = i / n, t = i % n;
+                    prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
+                }
+            }
 #pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t ci = 0; ci < nchunks; ci++) {
-            int64_t start = ci * chunk, end = start + chunk < total_rows ? start + chunk : total_rows;
-            if (!silu) {
-                /* The weights' rows laid end to end; this chunk is [start, end) of them. */
-                int64_t base = 0;
-                for (int k = 0; k < nm; k++) {
-                    int64_t r0 = start - base, r1 = end - base;
-                    r0 = r0 < 0 ? 0 : r0;
-                    r1 = r1 > m[k].rows ? m[k].rows : r1;
-                    hymt_mm_rows(&m[k], r0, r1, x, n, cols, m[k].y, m[k].y_stride);
-                    base += m[k].rows;
-                }
-            } else {
-                float *tile = up + (size_t)tid * (size_t)n * HYMT_SILU_ROWS; /* [n][HYMT_SILU_ROWS] */
-                for (int64_t c = start; c < end; c += HYMT_SILU_ROWS) {
-                    int64_t len = end - c < HYMT_SILU_ROWS ? end - c : HYMT_SILU_ROWS;
-                    /* Row-shifted views so the kernels' absolute row indices start at c. */
-                    hymt_mm_weight gate = m[0], upw = m[1];
-                    gate.w += (size_t)c * gate.row_bytes;
-                    upw.w += (size_t)c * upw.row_bytes;
-                    hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
-                    hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
-                    for (int64_t t = 0; t < n; t++) {
-                        float *g = m[0].y + t * m[0].y_stride + c;
-                        const float *u = tile + t * HYMT_SILU_ROWS;
-                        hymt_silu_mul_f32_isa(hymt_active_isa, g, u, len);
-                    }
-                }
-            }
+            for (int64_t ci = 0; ci < nchunks; ci++)
+                hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols,
+                              tile);
         }
     }
     free(act);
