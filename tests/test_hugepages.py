@@ -32,29 +32,17 @@ def _plainly_mapped_huge_bytes(path: Path) -> int:
     return huge
 
 
-def _write_model(tmp_path: Path, rows: int, small_regions: set[int] | None) -> tuple[Path, np.ndarray]:
-    """A GGUF with one F32 [2048, rows] tensor, written in 4 KiB pieces inside the 2 MiB regions listed in
-    ``small_regions`` (all regions when ``None``: those leave the page cache in 4 KiB folios) and one write per
-    other region; returns its path and the weights."""
-    writer = GGUFWriter(tmp_path / "written.gguf")
-    weights = np.random.default_rng(0).standard_normal((rows, 2048)).astype(np.float32)  # rows × 8 KiB
-    writer.add_tensor("w", [2048, rows], "F32", weights)
-    content = writer.write().read_bytes()
-    path = tmp_path / "model.gguf"
-    with open(path, "wb", buffering=0) as f:
-        for region in range(0, len(content), 2 * MIB):
-            if small_regions is None or region // (2 * MIB) in small_regions:
-                for start in range(region, min(region + 2 * MIB, len(content)), 4096):
-                    f.write(content[start : start + 4096])
-            else:
-                f.write(content[region : region + 2 * MIB])
-    return path, weights
-
-
 @needs_thp
 def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)  # a small file stands in for a model
-    path, weights = _write_model(tmp_path, 2048, None)  # 16 MiB
+    writer = GGUFWriter(tmp_path / "written.gguf")
+    weights = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
+    writer.add_tensor("w", [2048, 2048], "F32", weights)
+    content = writer.write().read_bytes()
+    path = tmp_path / "model.gguf"
+    with open(path, "wb", buffering=0) as f:  # 4 KiB writes leave the page cache in 4 KiB folios
+        for start in range(0, len(content), 4096):
+            f.write(content[start : start + 4096])
     if _plainly_mapped_huge_bytes(path) >= 2 * MIB:
         pytest.skip("this kernel cached a file written in 4 KiB pieces in huge folios anyway")
 
@@ -62,22 +50,4 @@ def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, m
         data = gguf.tensor("w").data
         assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)  # read back intact
         assert gguf.huge_page_bytes() >= 12 * MIB  # of the 16 MiB, if this kernel can at all
-        del data
-
-
-@needs_thp
-def test_a_model_cached_partly_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, monkeypatch) -> None:
-    """Small regions among huge ones (a file partly re-read under memory fragmentation) are found too."""
-    monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)
-    path, weights = _write_model(tmp_path, 3072, {2, 5, 9})  # 24 MiB: 12 whole regions, 3 of them small
-    plain = _plainly_mapped_huge_bytes(path)
-    if not 6 * MIB <= plain <= 18 * MIB:
-        pytest.skip(
-            f"this kernel did not cache the file partly in huge folios ({plain} bytes in 2 MiB pages)"
-        )
-
-    with GGUFFile(path) as gguf:
-        data = gguf.tensor("w").data
-        assert np.array_equal(data.view(np.float32).reshape(3072, 2048), weights)
-        assert gguf.huge_page_bytes() >= 22 * MIB  # every whole region but the header's partial one
         del data
