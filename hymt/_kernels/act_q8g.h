@@ -60,7 +60,8 @@ HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hy
             /* clamp, then vcvtps2dq rounds half to even like nearbyintf (both follow MXCSR): the bounds
              * are integers, so clamping before rounding gives the same q; NaN products become 0 */
             const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
-            q[c] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+            const __mmask16 ordered = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+            q[c] = _mm512_maskz_cvtps_epi32(ordered, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
         }
         const __m512i b = _mm512_permutexvar_epi32(
             order, _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])));
