@@ -38,36 +38,14 @@ static void hymt_quantize_group_q8g_scalar(const float *x, hymt_q8g *g) {
 }
 
 #if defined(HYMT_X86)
-HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hymt_q8g *g) {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    __m512 m = _mm512_setzero_ps();
-    for (int i = 0; i < HYMT_Q8G_SIZE; i += 16) /* max(a, m) keeps m when a is NaN, like the scalar */
-        m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m);
-    float amax = _mm512_reduce_max_ps(m);
-    float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
-    const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
-    /* The chunk sums without a horizontal add per chunk (those were most of the group's time): four
-     * chunks are packed into one 64-byte vector (the packs never saturate, |q| <= 127; the dword
-     * permute undoes their 128-bit-lane interleave), then vpsadbw of q + 128 against 0 sums each 8
-     * bytes, and adjacent pairs of those give Σ(q + 128) over a chunk, minus 16 · 128: exact. */
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+/* The 16 sums of 16 bytes of a group's qs, held as b[4] (qs[64j .. 64j + 64) in b[j]), into bsums[16]; returns
+ * their total. No horizontal add per chunk (those were most of a group's quantization time): vpsadbw of
+ * q + 128 against 0 sums each 8 bytes, adjacent pairs of those give Σ(q + 128) over a chunk, minus 16 · 128:
+ * exact. Quantization and the STQ1_0 plane permutation both use it. */
+HYMT_TARGET_AVX512 HYMT_INLINE int32_t hymt_q8g_chunk_sums_avx512(const __m512i b[4], int16_t bsums[16]) {
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     __m512i sad[4]; /* [j] chunks 4j .. 4j + 3: 8 sums of 8 bytes of q + 128 */
-    for (int j = 0; j < 4; j++) {
-        __m512i q[4]; /* chunks 4j .. 4j + 3 as int32 */
-        for (int c = 0; c < 4; c++) {
-            /* clamp, then vcvtps2dq rounds half to even like nearbyintf (both follow MXCSR): the bounds
-             * are integers, so clamping before rounding gives the same q; NaN products become 0 */
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
-            const __mmask16 ordered = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-            q[c] = _mm512_maskz_cvtps_epi32(ordered, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
-        }
-        const __m512i b = _mm512_permutexvar_epi32(
-            order, _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])));
-        _mm512_storeu_si512((void *)(g->qs + 64 * j), b);
-        sad[j] = _mm512_sad_epu8(_mm512_xor_si512(b, flip), zero);
-    }
+    for (int j = 0; j < 4; j++) sad[j] = _mm512_sad_epu8(_mm512_xor_si512(b[j], flip), zero);
     /* qwords 2c, 2c + 1 of sad[j]: the halves of chunk 4j + c; pairwise sums of two vectors come out as
      * [chunk c of the first, chunk c of the second] per 128-bit lane, the qword permute orders them */
     const __m512i pairs = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
@@ -78,8 +56,36 @@ HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hy
     const __m256i sums = _mm256_sub_epi16(
         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi64_epi16(s07)), _mm512_cvtepi64_epi16(s8f), 1),
         _mm256_set1_epi16(16 * 128));
-    _mm256_storeu_si256((__m256i *)g->bsums, sums);
-    g->sum = (int32_t)_mm512_reduce_add_epi64(_mm512_add_epi64(s07, s8f)) - 256 * 128;
+    _mm256_storeu_si256((__m256i *)bsums, sums);
+    return (int32_t)_mm512_reduce_add_epi64(_mm512_add_epi64(s07, s8f)) - 256 * 128;
+}
+
+HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hymt_q8g *g) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < HYMT_Q8G_SIZE; i += 16) /* max(a, m) keeps m when a is NaN, like the scalar */
+        m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m);
+    float amax = _mm512_reduce_max_ps(m);
+    float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
+    const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i b[4]; /* qs[64j .. 64j + 64) */
+    for (int j = 0; j < 4; j++) {
+        __m512i q[4]; /* chunks 4j .. 4j + 3 as int32 */
+        for (int c = 0; c < 4; c++) {
+            /* clamp, then vcvtps2dq rounds half to even like nearbyintf (both follow MXCSR): the bounds
+             * are integers, so clamping before rounding gives the same q; NaN products become 0 */
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
+            const __mmask16 ordered = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+            q[c] = _mm512_maskz_cvtps_epi32(ordered, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        }
+        /* the packs never saturate (|q| <= 127); the dword permute undoes their 128-bit-lane interleave */
+        b[j] = _mm512_permutexvar_epi32(
+            order, _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])));
+        _mm512_storeu_si512((void *)(g->qs + 64 * j), b[j]);
+    }
+    g->sum = hymt_q8g_chunk_sums_avx512(b, g->bsums);
     memset(g->pad, 0, sizeof g->pad);
 }
 

@@ -77,8 +77,8 @@ static void q2c_deinterleave_scalar(hymt_q8g *g) {
  * inverse; NaN products to 0, the clamp to ±127, then one conversion rounding half to even — clamping
  * before rounding is the same at integer bounds), stored de-interleaved without a pass through memory:
  * the 64 bytes of each quarter are shuffled inside their 128-bit lanes (plane p of 4 j's per dword),
- * dword-permuted (plane p of 16 j's per lane), and the four quarters' lanes transposed (4×4). bsums by
- * vpsadbw of the sign-flipped bytes; sum from the bsums. */
+ * dword-permuted (plane p of 16 j's per lane), and the four quarters' lanes transposed (4×4); bsums and
+ * sum by hymt_q8g_chunk_sums_avx512. */
 HYMT_TARGET_AVX512 static void q2c_quantize_group_avx512(const float *x, hymt_q8g *g) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -111,18 +111,8 @@ HYMT_TARGET_AVX512 static void q2c_quantize_group_avx512(const float *x, hymt_q8
                         _mm512_shuffle_i64x2(pair[0], pair[2], _MM_SHUFFLE(3, 1, 3, 1)),
                         _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(2, 0, 2, 0)),
                         _mm512_shuffle_i64x2(pair[1], pair[3], _MM_SHUFFLE(3, 1, 3, 1))};
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    int32_t total = 0;
-    for (int p = 0; p < 4; p++) {
-        _mm512_storeu_si512((void *)(g->qs + 64 * p), plane[p]);
-        int64_t sad[8]; /* qwords 2c, 2c + 1: the two halves of chunk c, each biased by 8 × 128 */
-        _mm512_storeu_si512((void *)sad, _mm512_sad_epu8(_mm512_xor_si512(plane[p], flip), _mm512_setzero_si512()));
-        for (int c = 0; c < 4; c++) {
-            g->bsums[4 * p + c] = (int16_t)(sad[2 * c] + sad[2 * c + 1] - 2048);
-            total += g->bsums[4 * p + c];
-        }
-    }
-    g->sum = total;
+    for (int p = 0; p < 4; p++) _mm512_storeu_si512((void *)(g->qs + 64 * p), plane[p]);
+    g->sum = hymt_q8g_chunk_sums_avx512(plane, g->bsums);
     memset(g->pad, 0, sizeof g->pad);
 }
 #endif

@@ -641,6 +641,43 @@ HYMT_INLINE void hymt_q8_0_amx_prefetch(const uint8_t *w, size_t row_bytes, int6
             _mm512_set1_ps(dv[i][b]), _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(buf)[i])), gacc[i]); \
     } while (0)
 #define HYMT_Q8_0_AMX_FLOAT(b) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf[(b) % 4], b)
+/* A step's eight blocks: the product of block b + 1 before the store of block b, block b's float steps after
+ * the product of b + 3 (see above). PRODUCT(b, C, A, B, C0, C1) and STORE(b, C, C0, C1) of a single tile's
+ * step (isums C, weights A, activations B) or a pair's (isums C0, C1, weights A); the tile numbers are
+ * literals because the tile instructions take them as immediates. */
+#define HYMT_Q8_0_AMX_SINGLE_PRODUCT(b, C, A, B, C0, C1) HYMT_Q8_0_AMX_PRODUCT(b, C, A, B)
+#define HYMT_Q8_0_AMX_SINGLE_STORE(b, C, C0, C1) HYMT_Q8_0_AMX_STORE(b, C)
+#define HYMT_Q8_0_AMX_PAIR_PRODUCT(b, C, A, B, C0, C1) HYMT_Q8_0_AMX_PAIR(b, C0, C1, A)
+#define HYMT_Q8_0_AMX_PAIR_STORES(b, C, C0, C1) HYMT_Q8_0_AMX_PAIR_STORE(b, C0, C1)
+#define HYMT_Q8_0_AMX_STEP(PRODUCT, STORE)                                                                   \
+    do {                                                                                                     \
+        PRODUCT(0, 0, 4, 6, 0, 1);                                                                           \
+        PRODUCT(1, 1, 5, 7, 2, 3);                                                                           \
+        /* the group's d while the tile unit works on its first products (first use: FLOAT(0)) */            \
+        if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);                                             \
+        STORE(0, 0, 0, 1);                                                                                   \
+        PRODUCT(2, 2, 4, 6, 0, 1);                                                                           \
+        STORE(1, 1, 2, 3);                                                                                   \
+        PRODUCT(3, 3, 5, 7, 2, 3);                                                                           \
+        STORE(2, 2, 0, 1);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(0);                                                                              \
+        PRODUCT(4, 0, 4, 6, 0, 1);                                                                           \
+        STORE(3, 3, 2, 3);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(1);                                                                              \
+        PRODUCT(5, 1, 5, 7, 2, 3);                                                                           \
+        STORE(4, 0, 0, 1);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(2);                                                                              \
+        PRODUCT(6, 2, 4, 6, 0, 1);                                                                           \
+        STORE(5, 1, 2, 3);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(3);                                                                              \
+        PRODUCT(7, 3, 5, 7, 2, 3);                                                                           \
+        STORE(6, 2, 0, 1);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(4);                                                                              \
+        STORE(7, 3, 2, 3);                                                                                   \
+        HYMT_Q8_0_AMX_FLOAT(5);                                                                              \
+        HYMT_Q8_0_AMX_FLOAT(6);                                                                              \
+        HYMT_Q8_0_AMX_FLOAT(7);                                                                              \
+    } while (0)
 
 /* One token tile's group total into the pass totals: acc[i][col..col+16) += s × gacc[i] (fma), then
  * gacc cleared for the next tile. */
@@ -696,31 +733,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
                     __m512 gacc[16];
                     for (int i = 0; i < 16; i++) gacc[i] = _mm512_setzero_ps();
                     if (pair) {
-                        HYMT_Q8_0_AMX_PAIR(0, 0, 1, 4);
-                        HYMT_Q8_0_AMX_PAIR(1, 2, 3, 5);
-                        if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);
-                        HYMT_Q8_0_AMX_PAIR_STORE(0, 0, 1);
-                        HYMT_Q8_0_AMX_PAIR(2, 0, 1, 4);
-                        HYMT_Q8_0_AMX_PAIR_STORE(1, 2, 3);
-                        HYMT_Q8_0_AMX_PAIR(3, 2, 3, 5);
-                        HYMT_Q8_0_AMX_PAIR_STORE(2, 0, 1);
-                        HYMT_Q8_0_AMX_FLOAT(0);
-                        HYMT_Q8_0_AMX_PAIR(4, 0, 1, 4);
-                        HYMT_Q8_0_AMX_PAIR_STORE(3, 2, 3);
-                        HYMT_Q8_0_AMX_FLOAT(1);
-                        HYMT_Q8_0_AMX_PAIR(5, 2, 3, 5);
-                        HYMT_Q8_0_AMX_PAIR_STORE(4, 0, 1);
-                        HYMT_Q8_0_AMX_FLOAT(2);
-                        HYMT_Q8_0_AMX_PAIR(6, 0, 1, 4);
-                        HYMT_Q8_0_AMX_PAIR_STORE(5, 2, 3);
-                        HYMT_Q8_0_AMX_FLOAT(3);
-                        HYMT_Q8_0_AMX_PAIR(7, 2, 3, 5);
-                        HYMT_Q8_0_AMX_PAIR_STORE(6, 0, 1);
-                        HYMT_Q8_0_AMX_FLOAT(4);
-                        HYMT_Q8_0_AMX_PAIR_STORE(7, 2, 3);
-                        HYMT_Q8_0_AMX_FLOAT(5);
-                        HYMT_Q8_0_AMX_FLOAT(6);
-                        HYMT_Q8_0_AMX_FLOAT(7);
+                        HYMT_Q8_0_AMX_STEP(HYMT_Q8_0_AMX_PAIR_PRODUCT, HYMT_Q8_0_AMX_PAIR_STORES);
                         hymt_q8_0_amx_accumulate(acc, 16 * k, bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16, gacc);
 #pragma GCC unroll 8
                         for (int b = 0; b < 8; b++) HYMT_Q8_0_AMX_FLOAT_FROM(cbuf2[b], b);
@@ -729,32 +742,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
                         /* the next step's B tiles: this group's next token tile, else the next group's first */
                         const int8_t *vbn = kn < nk ? bt->vb + ((size_t)g * tiles + t0 / 16 + kn) * 8 * 512
                                                     : bt->vb + ((size_t)(g + 1 < groups ? g + 1 : 0) * tiles + t0 / 16) * 8 * 512;
-                        HYMT_Q8_0_AMX_PRODUCT(0, 0, 4, 6);
-                        HYMT_Q8_0_AMX_PRODUCT(1, 1, 5, 7);
-                        /* the group's d while the tile unit works on its first products (first use: FLOAT(0)) */
-                        if (k == 0) hymt_q8_0_amx_scales(grp, stride, rows, dv);
-                        HYMT_Q8_0_AMX_STORE(0, 0);
-                        HYMT_Q8_0_AMX_PRODUCT(2, 2, 4, 6);
-                        HYMT_Q8_0_AMX_STORE(1, 1);
-                        HYMT_Q8_0_AMX_PRODUCT(3, 3, 5, 7);
-                        HYMT_Q8_0_AMX_STORE(2, 2);
-                        HYMT_Q8_0_AMX_FLOAT(0);
-                        HYMT_Q8_0_AMX_PRODUCT(4, 0, 4, 6);
-                        HYMT_Q8_0_AMX_STORE(3, 3);
-                        HYMT_Q8_0_AMX_FLOAT(1);
-                        HYMT_Q8_0_AMX_PRODUCT(5, 1, 5, 7);
-                        HYMT_Q8_0_AMX_STORE(4, 0);
-                        HYMT_Q8_0_AMX_FLOAT(2);
-                        HYMT_Q8_0_AMX_PRODUCT(6, 2, 4, 6);
-                        HYMT_Q8_0_AMX_STORE(5, 1);
-                        HYMT_Q8_0_AMX_FLOAT(3);
-                        HYMT_Q8_0_AMX_PRODUCT(7, 3, 5, 7);
-                        HYMT_Q8_0_AMX_STORE(6, 2);
-                        HYMT_Q8_0_AMX_FLOAT(4);
-                        HYMT_Q8_0_AMX_STORE(7, 3);
-                        HYMT_Q8_0_AMX_FLOAT(5);
-                        HYMT_Q8_0_AMX_FLOAT(6);
-                        HYMT_Q8_0_AMX_FLOAT(7);
+                        HYMT_Q8_0_AMX_STEP(HYMT_Q8_0_AMX_SINGLE_PRODUCT, HYMT_Q8_0_AMX_SINGLE_STORE);
                         hymt_q8_0_amx_accumulate(acc, 16 * k, bt->sv + ((size_t)g * tiles + t0 / 16 + k) * 16, gacc);
                     }
                     k = kn;
@@ -779,6 +767,11 @@ HYMT_TARGET_AMX static void hymt_gemm_q8_0_amx(const uint8_t *w, size_t row_byte
 #undef HYMT_Q8_0_AMX_PAIR
 #undef HYMT_Q8_0_AMX_PAIR_STORE
 #undef HYMT_Q8_0_AMX_FLOAT_FROM
+#undef HYMT_Q8_0_AMX_SINGLE_PRODUCT
+#undef HYMT_Q8_0_AMX_SINGLE_STORE
+#undef HYMT_Q8_0_AMX_PAIR_PRODUCT
+#undef HYMT_Q8_0_AMX_PAIR_STORES
+#undef HYMT_Q8_0_AMX_STEP
 #undef HYMT_Q8_0_AMX_FLOAT
 
 /* The avx512 entry of the format: tiles for batches when AMX is on (and the panel's int32 row offsets

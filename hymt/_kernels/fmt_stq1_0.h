@@ -152,29 +152,21 @@ static void stq1_permute_group_scalar(hymt_q8g *g) {
 
 #if defined(HYMT_X86)
 /* The same permutation: chunks de-interleaved in their lanes (qword 2p of vector k = even(k, p), 2p + 1
- * = odd(k, p)), then plane p = qwords [even(0..3, p), odd(0..3, p)] by three two-source permutes;
- * bsums by vpsadbw of the sign-flipped bytes (each 8-byte sum biased by 8 × 128), the two halves of
- * each 16-byte chunk added in place and the four chunk sums of two planes packed into 8 words. */
+ * = odd(k, p)), then plane p = qwords [even(0..3, p), odd(0..3, p)] by three two-source permutes; the
+ * bsums of the planes as quantization forms them (hymt_q8g_chunk_sums_avx512; the total is unchanged). */
 HYMT_TARGET_AVX512 static void stq1_permute_group_avx512(hymt_q8g *g) {
     const __m512i deint = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i join = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-    const __m128i even_words = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
     __m512i v[4]; /* [k] quarter p: even(k, p), odd(k, p) */
     for (int k = 0; k < 4; k++) v[k] = _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(g->qs + 64 * k)), deint);
-    __m128i sums[4]; /* [p] words 0..3: chunk sums of plane p + 2048 */
+    __m512i planes[4];
     for (int p = 0; p < 4; p++) {
         const __m512i pick = _mm512_setr_epi64(2 * p, 8 + 2 * p, 2 * p + 1, 9 + 2 * p, 0, 0, 0, 0);
-        __m512i plane = _mm512_permutex2var_epi64(_mm512_permutex2var_epi64(v[0], pick, v[1]), join,
-                                                  _mm512_permutex2var_epi64(v[2], pick, v[3]));
-        _mm512_storeu_si512((void *)(g->qs + 64 * p), plane);
-        __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(plane, flip), _mm512_setzero_si512());
-        sad = _mm512_add_epi64(sad, _mm512_shuffle_epi32(sad, _MM_PERM_BADC)); /* qword 2c: chunk c */
-        sums[p] = _mm_shuffle_epi8(_mm512_cvtepi64_epi16(sad), even_words);
+        planes[p] = _mm512_permutex2var_epi64(_mm512_permutex2var_epi64(v[0], pick, v[1]), join,
+                                              _mm512_permutex2var_epi64(v[2], pick, v[3]));
+        _mm512_storeu_si512((void *)(g->qs + 64 * p), planes[p]);
     }
-    const __m128i bias = _mm_set1_epi16(2048);
-    _mm_storeu_si128((__m128i *)g->bsums, _mm_sub_epi16(_mm_unpacklo_epi64(sums[0], sums[1]), bias));
-    _mm_storeu_si128((__m128i *)(g->bsums + 8), _mm_sub_epi16(_mm_unpacklo_epi64(sums[2], sums[3]), bias));
+    hymt_q8g_chunk_sums_avx512(planes, g->bsums);
 }
 #endif
 

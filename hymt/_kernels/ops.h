@@ -515,9 +515,8 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
  * kv heads are split into as few runs as still give every thread work (a task reads whole cache rows where
  * it can: splitting 4 decoding sessions' kv heads over 2 threads, 8 tasks instead of 4, doubled the attention's
  * share of decode samples — each core's prefetchers also fetch the other half of every row). One region for
- * the whole batch
- * matters when several sessions decode together: one token each is too little work to share alone,
- * together it is not. Each query row computes exactly as alone (see above), so results do not depend on
+ * the whole batch matters when several sessions decode together: one token each is too little work to
+ * share alone, together it is not. Each query row computes exactly as alone (see above), so results do not depend on
  * the batch, the blocks or the thread count. isa: the kernel family (enum hymt_isa numbering: 0 scalar,
  * 1 avx2, 2 avx512). prep (or NULL: done by the caller, the caches already hold the new keys and values):
  * when every segment is one block (decode, up to HYMT_OPS_ATTENTION_QUERIES tokens), each task prepares its
