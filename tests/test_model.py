@@ -525,6 +525,51 @@ def test_synthetic_batched_equals_solo_and_threads(synthetic, preset, fmt):
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize(("preset", "fmt"), [("tiny", "stq1"), ("tiny", "q4_k")])
+def test_decode_step_in_one_call_equals_layer_by_layer(synthetic, preset, fmt):
+    """A decode step (one token per session) runs every dense layer in one C call (ops.run_layers): the
+    same logits and KV caches, bit for bit, as the layer-by-layer calls a prompt takes."""
+    path, profile, tokens, _ = synthetic(preset, fmt)
+    model = hymt.load(path, profile)
+
+    def decode(one_call: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        model._all_dense = one_call
+        sessions = [model.new_session(64) for _ in range(3)]
+        for session, length in zip(sessions, (3, 9, 20), strict=True):
+            model.forward(session, tokens[:length])  # sessions at different positions
+        logits = []
+        for step in range(3):
+            logits += model.forward([(s, [tokens[30 + step + i]]) for i, s in enumerate(sessions)])
+        caches = [c[: s.position] for s in sessions for c in s.keys + s.values]
+        return logits, caches
+
+    try:
+        layer_by_layer, one_call = decode(False), decode(True)
+    finally:
+        model._all_dense = True
+    for a, b in zip(layer_by_layer[0] + layer_by_layer[1], one_call[0] + one_call[1], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cancel_in_a_decode_step_is_noticed_before_the_head(dense):
+    checks: list[int] = []  # once armed: a decode step checks before its layers and before the head
+    armed: list[int] = []
+
+    def cancel() -> bool:
+        checks.append(1)
+        return bool(armed) and len(checks) == 2
+
+    session = dense.new_session(16, cancel=cancel)
+    solo = dense.new_session(16)
+    dense.forward(session, [65, 66])
+    dense.forward(solo, [65, 66])
+    checks.clear()
+    armed.append(1)
+    assert dense.forward([(session, [67])]) == [None]
+    assert len(checks) == 2 and session.position == 2 and not session.poisoned
+    np.testing.assert_array_equal(dense.forward(session, [67]), dense.forward(solo, [67]))
+
+
 # --- library API ---------------------------------------------------------------------------------------
 
 

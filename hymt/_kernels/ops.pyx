@@ -187,6 +187,91 @@ cdef int _check_rows(const float[:, ::1] a, int64_t n, int64_t width, str what) 
     return 0
 
 
+cdef struct _Block:
+    # One block's kernels and vectors: what ``_block_forward`` reads, so a stack of them runs without the GIL.
+    _Weight wq, wk, wv, wo, gate, up, down
+    const float *attn_norm  # [h]
+    const float *ffn_norm  # [h]
+    const float *q_norm  # [D]
+    const float *k_norm  # [D]
+    const float *freqs  # [D/2]
+    int64_t h, H, K, D, F
+    float eps
+    bint norm_first, float_path, dense
+
+
+cdef int _block_ffn(const _Block *b, float *hidden, float *delta, float *x, float *ffn, int64_t n,
+                    int threads) noexcept nogil:
+    """The dense FFN on checked [n, h] / [n, F] buffers; nonzero if a kernel's scratch failed."""
+    hymt_add_rmsnorm_rows(hidden, delta, b.ffn_norm, x, n, b.h, b.eps, threads)
+    cdef int status = _mm.gate_up_silu(b.gate.f, b.gate.w, b.up.f, b.up.w, b.F, b.h, x, n, ffn, b.float_path)
+    status |= _mm.matmul(b.down.f, b.down.w, b.h, b.F, ffn, n, delta, b.float_path)
+    return status
+
+
+cdef int _block_forward(const _Block *b, float *hidden, float *delta, float *x, float *q, float *k, float *v,
+                        float *attended, float *ffn, int64_t n, const int64_t *positions, float **caches,
+                        const int64_t *segs, int64_t S, int threads, int isa) noexcept nogil:
+    """Layer.attention on checked buffers (ffn NULL: no FFN); nonzero if a kernel's scratch failed.
+    caches: [S] key then [S] value cache pointers; segs: [S] starts, [S] first rows, [S] row counts."""
+    cdef hymt_attention_prep prep
+    hymt_add_rmsnorm_rows(hidden, delta, b.attn_norm, x, n, b.h, b.eps, threads)
+    cdef int status = _mm.qkv(b.wq.f, b.wq.w, b.wq.rows, b.wk.f, b.wk.w, b.wk.rows, b.wv.f, b.wv.w, b.wv.rows,
+                              b.h, x, n, q, k, v, b.float_path)
+    prep.q, prep.k, prep.v = q, k, v
+    prep.key_caches, prep.value_caches = caches, caches + S
+    prep.positions, prep.freqs = positions, b.freqs
+    prep.q_norm, prep.k_norm = b.q_norm, b.k_norm
+    prep.eps, prep.norm_first = b.eps, b.norm_first
+    status |= hymt_attention_segments(q, <const float *const *>caches, <const float *const *>(caches + S), segs,
+                                      segs + S, segs + 2 * S, S, b.H, b.K, b.D, attended, threads, isa, &prep)
+    status |= _mm.matmul(b.wo.f, b.wo.w, b.h, b.H * b.D, attended, n, delta, b.float_path)
+    if ffn != NULL:
+        status |= _block_ffn(b, hidden, delta, x, ffn, n, threads)
+    return status
+
+
+cdef int _check_buffers(const _Block *b, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x,
+                        float[:, ::1] q, float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended,
+                        const int64_t[::1] positions, const int64_t[::1] bounds, float[:, ::1] ffn) except -1:
+    """The shapes ``_block_forward`` relies on (ffn None: no FFN)."""
+    cdef int64_t n = hidden.shape[0], S = bounds.shape[0] - 1
+    _check_rows(hidden, n, b.h, "hidden")
+    _check_rows(delta, n, b.h, "delta")
+    _check_rows(x, n, b.h, "x")
+    _check_rows(q, n, b.H * b.D, "q")
+    _check_rows(k, n, b.K * b.D, "k")
+    _check_rows(v, n, b.K * b.D, "v")
+    _check_rows(attended, n, b.H * b.D, "attended")
+    if n == 0 or S < 1 or positions.shape[0] != n or bounds[0] != 0 or bounds[S] != n:
+        raise KernelError("layer: invalid segments")
+    if ffn is not None:
+        if not b.dense:
+            raise KernelError("layer: no dense FFN")
+        _check_rows(ffn, n, b.F, "ffn")
+    return 0
+
+
+cdef int _segment_caches(const int64_t[::1] positions, const int64_t[::1] bounds, list keys, list values,
+                         int64_t kvw, float **caches, int64_t *segs) except -1:
+    """caches ([S] key then [S] value cache pointers) and segs ([S] starts, first rows, row counts) of one
+    layer's segments, each cache [capacity, kvw] float32 with room for its segment's rows."""
+    cdef int64_t S = bounds.shape[0] - 1, s, r0, rows, start
+    cdef float[:, ::1] kc, vc
+    if len(keys) != S or len(values) != S:
+        raise KernelError("layer: invalid segments")
+    for s in range(S):
+        r0, rows = bounds[s], bounds[s + 1] - bounds[s]
+        kc, vc = keys[s], values[s]
+        start = positions[r0] if rows > 0 else -1
+        if (rows < 1 or start < 0 or kc.shape[1] != kvw or vc.shape[1] != kvw or vc.shape[0] != kc.shape[0]
+                or start + rows > kc.shape[0]):
+            raise KernelError("layer: invalid segments")
+        caches[s], caches[S + s] = &kc[0, 0], &vc[0, 0]
+        segs[s], segs[S + s], segs[2 * S + s] = start, r0, rows
+    return 0
+
+
 cdef class Layer:
     """One block's weights as kernel pointers, so its attention and dense FFN are one call each.
 
@@ -196,16 +281,8 @@ cdef class Layer:
     or None for a block whose FFN runs elsewhere (HyV3 MoE).
     """
 
-    cdef _Weight wq, wk, wv, wo, gate, up, down
-    cdef const float *attn_norm  # [h]
-    cdef const float *ffn_norm  # [h]
-    cdef const float *q_norm  # [D]
-    cdef const float *k_norm  # [D]
-    cdef const float *freqs  # [D/2]
-    cdef int64_t h, H, K, D, F
-    cdef float eps
-    cdef bint norm_first, float_path, dense
-    cdef tuple _keep  # owners of every pointer above
+    cdef _Block b
+    cdef tuple _keep  # owners of every pointer in b
 
     def __init__(self, tuple qkv, tuple wo, tuple ffn, const float[::1] attn_norm, const float[::1] ffn_norm,
                  const float[::1] q_norm, const float[::1] k_norm, const float[::1] freqs, int heads,
@@ -214,20 +291,21 @@ cdef class Layer:
         if (heads <= 0 or kv_heads <= 0 or heads % kv_heads or D == 0 or h == 0 or ffn_norm.shape[0] != h
                 or q_norm.shape[0] != D or k_norm.shape[0] != D):
             raise KernelError("layer: shape mismatch")
-        self.h, self.H, self.K, self.D = h, heads, kv_heads, D
-        _weight(qkv[0], heads * D, h, &self.wq)
-        _weight(qkv[1], kv_heads * D, h, &self.wk)
-        _weight(qkv[2], kv_heads * D, h, &self.wv)
-        _weight(wo, h, heads * D, &self.wo)
-        self.dense = ffn is not None
-        if self.dense:
-            self.F = ffn[0][3]
-            _weight(ffn[0], self.F, h, &self.gate)
-            _weight(ffn[1], self.F, h, &self.up)
-            _weight(ffn[2], h, self.F, &self.down)
-        self.attn_norm, self.ffn_norm = &attn_norm[0], &ffn_norm[0]
-        self.q_norm, self.k_norm, self.freqs = &q_norm[0], &k_norm[0], &freqs[0]
-        self.eps, self.norm_first, self.float_path = eps, norm_first, float_path
+        cdef _Block *b = &self.b
+        b.h, b.H, b.K, b.D, b.F = h, heads, kv_heads, D, 0
+        _weight(qkv[0], heads * D, h, &b.wq)
+        _weight(qkv[1], kv_heads * D, h, &b.wk)
+        _weight(qkv[2], kv_heads * D, h, &b.wv)
+        _weight(wo, h, heads * D, &b.wo)
+        b.dense = ffn is not None
+        if b.dense:
+            b.F = ffn[0][3]
+            _weight(ffn[0], b.F, h, &b.gate)
+            _weight(ffn[1], b.F, h, &b.up)
+            _weight(ffn[2], h, b.F, &b.down)
+        b.attn_norm, b.ffn_norm = &attn_norm[0], &ffn_norm[0]
+        b.q_norm, b.k_norm, b.freqs = &q_norm[0], &k_norm[0], &freqs[0]
+        b.eps, b.norm_first, b.float_path = eps, norm_first, float_path
         self._keep = (qkv, wo, ffn, attn_norm, ffn_norm, q_norm, k_norm, freqs)
 
     def attention(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
@@ -241,68 +319,8 @@ cdef class Layer:
         With ffn ([N, F] scratch) the block's dense FFN follows in the same call (as ``dense_ffn``): one
         call per layer, one return to Python fewer.
         """
-        cdef int64_t n = hidden.shape[0], S = bounds.shape[0] - 1, h = self.h, H = self.H, K = self.K
-        cdef int64_t D = self.D, kvw = K * D, s, r0, rows, start
-        _check_rows(hidden, n, h, "hidden")
-        _check_rows(delta, n, h, "delta")
-        _check_rows(x, n, h, "x")
-        _check_rows(q, n, H * D, "q")
-        _check_rows(k, n, kvw, "k")
-        _check_rows(v, n, kvw, "v")
-        _check_rows(attended, n, H * D, "attended")
-        if n == 0 or S < 1 or positions.shape[0] != n or len(keys) != S or len(values) != S:
-            raise KernelError("layer: invalid segments")
-        if bounds[0] != 0 or bounds[S] != n:
-            raise KernelError("layer: invalid segments")
-        cdef bint with_ffn = ffn is not None
-        if with_ffn:
-            if not self.dense:
-                raise KernelError("layer: no dense FFN")
-            _check_rows(ffn, n, self.F, "ffn")
-        # caches: [S] key then [S] value cache pointers, each [capacity, K*D]; segs: [S] starts, row0, rows
-        cdef float **caches = <float **>malloc(2 * S * sizeof(float *))
-        cdef int64_t *segs = <int64_t *>malloc(3 * S * sizeof(int64_t))
-        if caches == NULL or segs == NULL:
-            free(caches)
-            free(segs)
-            raise MemoryError("layer cache pointers")
-        cdef float[:, ::1] kc, vc
-        cdef int status = 0, isa = _active_isa()
-        cdef hymt_attention_prep prep
-        try:
-            for s in range(S):
-                r0, rows = bounds[s], bounds[s + 1] - bounds[s]
-                kc, vc = keys[s], values[s]
-                start = positions[r0] if rows > 0 else -1
-                if (rows < 1 or start < 0 or kc.shape[1] != kvw or vc.shape[1] != kvw
-                        or vc.shape[0] != kc.shape[0] or start + rows > kc.shape[0]):
-                    raise KernelError("layer: invalid segments")
-                caches[s], caches[S + s] = &kc[0, 0], &vc[0, 0]
-                segs[s], segs[S + s], segs[2 * S + s] = start, r0, rows
-            with nogil:
-                hymt_add_rmsnorm_rows(&hidden[0, 0], &delta[0, 0], self.attn_norm, &x[0, 0], n, h, self.eps,
-                                      threads)
-                status = _mm.qkv(self.wq.f, self.wq.w, self.wq.rows, self.wk.f, self.wk.w, self.wk.rows,
-                                 self.wv.f, self.wv.w, self.wv.rows, h, &x[0, 0], n, &q[0, 0], &k[0, 0],
-                                 &v[0, 0], self.float_path)
-                prep.q, prep.k, prep.v = &q[0, 0], &k[0, 0], &v[0, 0]
-                prep.key_caches, prep.value_caches = caches, caches + S
-                prep.positions, prep.freqs = &positions[0], self.freqs
-                prep.q_norm, prep.k_norm = self.q_norm, self.k_norm
-                prep.eps, prep.norm_first = self.eps, self.norm_first
-                status |= hymt_attention_segments(&q[0, 0], <const float *const *>caches,
-                                                  <const float *const *>(caches + S), segs, segs + S,
-                                                  segs + 2 * S, S, H, K, D, &attended[0, 0], threads,
-                                                  isa, &prep)
-                status |= _mm.matmul(self.wo.f, self.wo.w, h, H * D, &attended[0, 0], n, &delta[0, 0],
-                                     self.float_path)
-                if with_ffn:
-                    status |= self._ffn(&hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
-        finally:
-            free(caches)
-            free(segs)
-        if status:
-            raise MemoryError("kernel scratch allocation failed")
+        run_layers([self], hidden, delta, x, q, k, v, attended, positions, bounds, [keys], [values], threads,
+                   ffn)
 
     def dense_ffn(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] ffn,
                   int threads=1):
@@ -310,26 +328,63 @@ cdef class Layer:
 
         ffn: [N, F] scratch for the middle activations.
         """
-        cdef int64_t n = hidden.shape[0], h = self.h, F = self.F
-        if not self.dense:
+        cdef int64_t n = hidden.shape[0]
+        if not self.b.dense:
             raise KernelError("layer: no dense FFN")
-        _check_rows(hidden, n, h, "hidden")
-        _check_rows(delta, n, h, "delta")
-        _check_rows(x, n, h, "x")
-        _check_rows(ffn, n, F, "ffn")
+        _check_rows(hidden, n, self.b.h, "hidden")
+        _check_rows(delta, n, self.b.h, "delta")
+        _check_rows(x, n, self.b.h, "x")
+        _check_rows(ffn, n, self.b.F, "ffn")
         if n == 0:
             return
         cdef int status
         with nogil:
-            status = self._ffn(&hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
+            status = _block_ffn(&self.b, &hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
         if status:
             raise MemoryError("kernel scratch allocation failed")
 
-    cdef int _ffn(self, float *hidden, float *delta, float *x, float *ffn, int64_t n, int threads) noexcept nogil:
-        """The dense FFN on checked [n, h] / [n, F] buffers; nonzero if a kernel's scratch failed."""
-        cdef int64_t h = self.h, F = self.F
-        hymt_add_rmsnorm_rows(hidden, delta, self.ffn_norm, x, n, h, self.eps, threads)
-        cdef int status = _mm.gate_up_silu(self.gate.f, self.gate.w, self.up.f, self.up.w, F, h, x, n, ffn,
-                                           self.float_path)
-        status |= _mm.matmul(self.down.f, self.down.w, h, F, ffn, n, delta, self.float_path)
-        return status
+
+def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
+               float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended, const int64_t[::1] positions,
+               const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None):
+    """``Layer.attention`` of each of ``layers`` in order, in one call without the GIL.
+
+    keys[l] / values[l] are layer l's per-segment caches (as ``Layer.attention``'s keys / values); with ffn
+    every layer must be dense. Nothing returns to Python between layers, so the kernels' threads go from
+    one layer to the next without idling through interpreter work (an OpenMP worker that waits longer
+    than its spin falls asleep, and waking it costs tens of µs on this kind of VM); the results are those
+    of the per-layer calls, bit for bit.
+    """
+    cdef int64_t L = len(layers), S = bounds.shape[0] - 1, n = hidden.shape[0], l
+    cdef Layer layer
+    if L == 0 or len(keys) != L or len(values) != L:
+        raise KernelError("layers: one key and one value cache list per layer")
+    # blocks: [L] block pointers (the Layer objects stay alive in ``layers``); caches: [L][2S] cache pointers;
+    # segs: [L][3S] starts, first rows, row counts (the same for every layer, checked per layer's caches)
+    cdef const _Block **blocks = <const _Block **>malloc(L * sizeof(_Block *))
+    cdef float **caches = <float **>malloc(L * 2 * S * sizeof(float *))
+    cdef int64_t *segs = <int64_t *>malloc(L * 3 * S * sizeof(int64_t))
+    cdef int status = 0, isa = _active_isa()
+    cdef float *ffn_ptr = NULL
+    try:
+        if blocks == NULL or caches == NULL or segs == NULL:
+            raise MemoryError("layer cache pointers")
+        for l in range(L):
+            layer = layers[l]
+            _check_buffers(&layer.b, hidden, delta, x, q, k, v, attended, positions, bounds, ffn)
+            _segment_caches(positions, bounds, keys[l], values[l], layer.b.K * layer.b.D, caches + 2 * S * l,
+                            segs + 3 * S * l)
+            blocks[l] = &layer.b
+        if ffn is not None:
+            ffn_ptr = &ffn[0, 0]
+        with nogil:
+            for l in range(L):
+                status |= _block_forward(blocks[l], &hidden[0, 0], &delta[0, 0], &x[0, 0], &q[0, 0], &k[0, 0],
+                                         &v[0, 0], &attended[0, 0], ffn_ptr, n, &positions[0], caches + 2 * S * l,
+                                         segs + 3 * S * l, S, threads, isa)
+    finally:
+        free(blocks)
+        free(caches)
+        free(segs)
+    if status:
+        raise MemoryError("kernel scratch allocation failed")
