@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) void hymt_store8(float *p, hymt_v8f
 /* quant.so's active family (enum hymt_isa numbering: 0 generic, 1 avx2, 2 avx512): ops.pyx points this at
  * it (mm_api.h) at import. */
 static const int hymt_ops_isa_generic = 0;
-static const int *hymt_ops_isa = &hymt_ops_isa_generic;
+static const int *hymt_ops_isa __attribute__((unused)) = &hymt_ops_isa_generic; /* read on x86 only */
 
 /* x in every lane as one broadcast (GCC 12 builds hymt_splat16 from 16 masked broadcasts for AVX-512). */
 static inline __attribute__((always_inline)) hymt_v16f hymt_ops_splat16(float x) {
@@ -123,6 +123,23 @@ static inline __attribute__((always_inline)) void hymt_head_norms_body(float *x,
  * them in chunks of this many pairs. */
 #define HYMT_ROPE_CHUNK 256
 
+/* Pairs j < nj of one head's halves lo[j], hi[j] rotated by the angle with cos c[j], sin s[j]. */
+static inline __attribute__((always_inline)) void hymt_rope_pairs(float *lo, float *hi, const float *c,
+                                                                 const float *s, int64_t nj) {
+    int64_t j = 0;
+    for (; j + 16 <= nj; j += 16) {
+        const hymt_v16f a = hymt_load16(lo + j), b = hymt_load16(hi + j);
+        const hymt_v16f cj = hymt_load16(c + j), sj = hymt_load16(s + j);
+        hymt_store16(lo + j, a * cj - b * sj);
+        hymt_store16(hi + j, a * sj + b * cj);
+    }
+    for (; j < nj; j++) {
+        const float a = lo[j], b = hi[j];
+        lo[j] = a * c[j] - b * s[j];
+        hi[j] = a * s[j] + b * c[j];
+    }
+}
+
 /* NeoX split-half rotation of one token's heads x[nx, D] and y[ny, D] (y may be NULL with ny = 0): pairs
  * (j, j + D/2) rotate by pos * freqs[j]. cos/sin of each angle are taken once per token for both sets of
  * heads (libm's cosf/sinf, scalar in every family), and the rotation of a head is element-wise over
@@ -138,21 +155,8 @@ static inline __attribute__((always_inline)) void hymt_rope_body(float *x, int64
             c[j] = cosf(angle);
             s[j] = sinf(angle);
         }
-        for (int64_t h = 0; h < nx + ny; h++) {
-            float *lo = (h < nx ? x + h * D : y + (h - nx) * D) + j0, *hi = lo + half;
-            int64_t j = 0;
-            for (; j + 16 <= nj; j += 16) {
-                const hymt_v16f a = hymt_load16(lo + j), b = hymt_load16(hi + j);
-                const hymt_v16f cj = hymt_load16(c + j), sj = hymt_load16(s + j);
-                hymt_store16(lo + j, a * cj - b * sj);
-                hymt_store16(hi + j, a * sj + b * cj);
-            }
-            for (; j < nj; j++) {
-                const float a = lo[j], b = hi[j];
-                lo[j] = a * c[j] - b * s[j];
-                hi[j] = a * s[j] + b * c[j];
-            }
-        }
+        for (int64_t h = 0; h < nx; h++) hymt_rope_pairs(x + h * D + j0, x + h * D + j0 + half, c, s, nj);
+        for (int64_t h = 0; h < ny; h++) hymt_rope_pairs(y + h * D + j0, y + h * D + j0 + half, c, s, nj);
     }
 }
 

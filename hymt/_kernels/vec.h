@@ -114,8 +114,8 @@ static inline __attribute__((always_inline)) void hymt_silu_mul_body(float *g, c
 }
 
 /* hymt_silu_mul_body over rows g [rows][len] (g_stride apart) and u [rows][len] (u_stride apart). matmul.h
- * calls it once per gate/up chunk, not once per token's 64 floats: that call's set-up (silu16's constants,
- * the call itself) was about a third of the gate's time. */
+ * calls it once per gate/up chunk, not once per token's 64 floats: the set-up of a call (silu16's constants,
+ * the call itself) took 7 % of the gate's time (0.527 -> 0.488 ns per element, AVX-512, 160 tokens). */
 static inline __attribute__((always_inline)) void hymt_silu_mul_rows_body(float *g, int64_t g_stride,
                                                                          const float *u, int64_t u_stride,
                                                                          int64_t len, int64_t rows) {
