@@ -53,6 +53,65 @@ def test_add_rmsnorm_matches_float64():
     np.testing.assert_allclose(out, ref_rmsnorm(expected_hidden, w, 1e-5), rtol=2e-6, atol=2e-6)
 
 
+def f32_rmsnorm_sequence(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """ops.h's float32 RMSNorm sequence, step by step in numpy float32: 8 lane sums of squares (lane l
+    adds i % 8 == l in i order, the d % 8 tail into lanes 0..), combined ((0+4)+(2+6))+((1+5)+(3+7))."""
+    x = x.astype(np.float32)
+    d = x.shape[-1]
+    lanes = np.zeros(x.shape[:-1] + (8,), np.float32)
+    for i0 in range(0, d - d % 8, 8):
+        lanes += x[..., i0 : i0 + 8] * x[..., i0 : i0 + 8]
+    tail = d % 8
+    if tail:
+        lanes[..., :tail] += x[..., d - tail :] * x[..., d - tail :]
+    s = [lanes[..., k] for k in range(8)]
+    total = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+    inv = np.float32(1) / np.sqrt(total / np.float32(d) + np.float32(eps))
+    return x * inv[..., None] * w
+
+
+@pytest.mark.parametrize("rows, d", [(1, 2048), (7, 300), (9, 13), (4, 8)])
+def test_add_rmsnorm_is_the_documented_float32_sequence_in_every_family(rows, d):
+    """Bit for bit the sequence written in ops.h (residual add, 8-lane sum of squares, scale) on every
+    kernel family and thread count: row blocks of 4 and a tail, d with and without a tail past 8 lanes."""
+    hidden, delta, w = 4 * rand(rows, d), rand(rows, d), rand(d)
+    expected_hidden = hidden + delta
+    expected = f32_rmsnorm_sequence(expected_hidden, w, 1e-6)
+    for family in kernels.supported_isas():
+        with kernels.use_isa(family):
+            for threads in (1, 2):
+                h, out = hidden.copy(), np.empty_like(hidden)
+                ops.add_rmsnorm(h, delta, w, 1e-6, out, threads)
+                np.testing.assert_array_equal(h, expected_hidden)
+                np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("n, H, K, D", [(5, 16, 4, 128), (3, 5, 1, 40), (2, 3, 3, 12), (2, 2, 1, 600)])
+def test_qk_norm_rope_and_rope_same_bits_in_every_family(n, H, K, D):
+    """Per-head norms (blocks of 4 heads and a tail) and RoPE (16-lane steps, a tail, chunks of 256 pairs
+    for D = 600) give the same bits on every kernel family and thread count as on the reference (accuracy
+    against float64: the tests above)."""
+    q, k = rand(n, H * D), rand(n, K * D)
+    qw, kw = rand(D), rand(D)
+    positions = np.array([3, 70000, 12, 5, 900][:n], np.int64)
+    freqs = ops.rope_freqs(10000.0, D)
+    results = []
+    for family in kernels.supported_isas():
+        with kernels.use_isa(family):
+            for norm_first in (False, True):
+                for threads in (1, 2):
+                    qq, kk = q.copy(), k.copy()
+                    ops.qk_norm_rope(qq, kk, H, K, positions, freqs, qw, kw, 1e-6, norm_first, threads)
+                    x = q.reshape(n, H, D).copy()
+                    ops.rope(x, positions, freqs, threads)
+                    results.append((family, norm_first, qq, kk, x))
+    for family, norm_first, qq, kk, x in results:
+        first = next(r for r in results if r[1] == norm_first)
+        np.testing.assert_array_equal(qq, first[2], err_msg=family)
+        np.testing.assert_array_equal(kk, first[3], err_msg=family)
+        np.testing.assert_array_equal(x, first[4], err_msg=family)
+
+
 def test_add_rmsnorm_rejects_bad_shapes():
     with pytest.raises(KernelError):
         ops.add_rmsnorm(rand(2, 4), rand(2, 4), rand(3), 1e-5, np.empty((2, 4), np.float32))

@@ -62,12 +62,17 @@ HYMT_TARGET_AVX512 HYMT_INLINE int32_t hymt_q8g_chunk_sums_avx512(const __m512i 
 
 HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hymt_q8g *g) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
-    __m512 m = _mm512_setzero_ps();
-    for (int i = 0; i < HYMT_Q8G_SIZE; i += 16) /* max(a, m) keeps m when a is NaN, like the scalar */
-        m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), m);
-    float amax = _mm512_reduce_max_ps(m);
+    /* four running maxima, so the 16 maxes are not one chain of dependent instructions (the max of a set
+     * does not depend on the order); max(a, m) keeps m when a is NaN, like the scalar */
+    __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < HYMT_Q8G_SIZE; i += 64)
+        for (int k = 0; k < 4; k++) m[k] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i + 16 * k)), m[k]);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
     float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     g->d = amax > 0.0f ? amax / 127.0f : 0.0f;
+    /* |x| <= amax, so with a finite inverse |x * inverse| <= 127 (1 + 2^-23)^2 rounds to at most 127: the
+     * clamp to ±127 changes no q and is skipped; an infinite inverse (amax below 127 / FLT_MAX) needs it */
+    const int clamp = !(inverse <= 3.40282347e+38f);
     const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i b[4]; /* qs[64j .. 64j + 64) */
@@ -76,9 +81,10 @@ HYMT_TARGET_AVX512 static void hymt_quantize_group_q8g_avx512(const float *x, hy
         for (int c = 0; c < 4; c++) {
             /* clamp, then vcvtps2dq rounds half to even like nearbyintf (both follow MXCSR): the bounds
              * are integers, so clamping before rounding gives the same q; NaN products become 0 */
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * j + 16 * c), inv);
             const __mmask16 ordered = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-            q[c] = _mm512_maskz_cvtps_epi32(ordered, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+            if (clamp) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            q[c] = _mm512_maskz_cvtps_epi32(ordered, v);
         }
         /* the packs never saturate (|q| <= 127); the dword permute undoes their 128-bit-lane interleave */
         b[j] = _mm512_permutexvar_epi32(

@@ -142,11 +142,7 @@ static void hymt_mm_chunk(const hymt_mm_weight *m, int nm, int silu, int64_t sta
         upw.w += (size_t)c * upw.row_bytes;
         hymt_mm_rows(&gate, 0, len, x, n, cols, m[0].y + c, m[0].y_stride);
         hymt_mm_rows(&upw, 0, len, x, n, cols, tile, HYMT_SILU_ROWS);
-        for (int64_t t = 0; t < n; t++) {
-            float *g = m[0].y + t * m[0].y_stride + c;
-            const float *u = tile + t * HYMT_SILU_ROWS;
-            hymt_silu_mul_f32_isa(hymt_active_isa, g, u, len);
-        }
+        hymt_silu_mul_rows_f32_isa(hymt_active_isa, m[0].y + c, m[0].y_stride, tile, HYMT_SILU_ROWS, len, n);
     }
 }
 

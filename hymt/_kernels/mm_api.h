@@ -22,6 +22,8 @@ typedef struct {
                int64_t n, float *yq, float *yk, float *yv, int float_path);
     int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu, const uint8_t *wu,
                         int64_t F, int64_t cols, const float *x, int64_t n, float *y, int float_path);
+    /* hymt_active_isa (enum hymt_isa), so ops.so's element-wise kernels follow hymt.kernels.use_isa() */
+    const int *isa;
 } hymt_mm_api;
 
 #endif /* HYMT_MM_API_H */

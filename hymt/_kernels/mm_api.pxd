@@ -26,3 +26,4 @@ cdef extern from "mm_api.h" nogil:
         int (*gate_up_silu)(const hymt_format *fg, const uint8_t *wg, const hymt_format *fu,
                             const uint8_t *wu, int64_t F, int64_t cols, const float *x, int64_t n, float *y,
                             int float_path) nogil
+        const int *isa

@@ -42,49 +42,110 @@ static inline __attribute__((always_inline)) hymt_v8f hymt_load8(const float *p)
 
 static inline __attribute__((always_inline)) void hymt_store8(float *p, hymt_v8f v) { memcpy(p, &v, sizeof v); }
 
-/* Lane l accumulates a[i] * b[i] for i % 8 == l, then a fixed tree combines the lanes. */
-static inline __attribute__((always_inline)) float hymt_ops_dot(const float *a, const float *b, int64_t n) {
-    hymt_v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+/* ---- RMSNorm, the residual add and RoPE ----------------------------------------------------------------
+ *
+ * Each body below is inlined into one function per kernel family: the generic build (SSE2 on x86, NEON on
+ * arm64: the reference) and on x86 the AVX2 and AVX-512 targets (this file is built without -march; the
+ * generic build's residual add and norm ran as scalar adds and spilled their sums to the stack, 265 µs per
+ * [160, 2048] call on one thread). The family is quant.so's active one, so hymt.kernels.use_isa() switches
+ * these with the products. Every family gives the same bits: the element-wise operations are IEEE, and a
+ * sum of squares is 8 lane chains over i % 8 whatever the register width. */
+
+/* quant.so's active family (enum hymt_isa numbering: 0 generic, 1 avx2, 2 avx512): ops.pyx points this at
+ * it (mm_api.h) at import. */
+static const int hymt_ops_isa_generic = 0;
+static const int *hymt_ops_isa __attribute__((unused)) = &hymt_ops_isa_generic; /* read on x86 only */
+
+/* x in every lane as one broadcast (GCC 12 builds hymt_splat16 from 16 masked broadcasts for AVX-512). */
+static inline __attribute__((always_inline)) hymt_v16f hymt_ops_splat16(float x) {
+    const hymt_v16f v = {x};
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+/* RMSNorm of R rows (R <= 4, a constant after inlining) of d floats: row r of x at x + r * stride, of out at
+ * out + r * out_stride (out may be x). With add, x[r] += delta[r] first (delta rows stride apart). Then
+ *   out[r][i] = x[r][i] * (1 / sqrt(s_r / d + eps)) * w[i],
+ * s_r = Σ_i x[r][i]² as 8 lane chains (lane l adds the squares of i % 8 == l in i order; the d % 8 tail goes
+ * to lanes 0..) combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Each chain waits on its
+ * previous add, so R rows run at once: their chains are independent and fill the adder's pipeline. */
+static inline __attribute__((always_inline)) void hymt_rmsnorm_rows_body(float *x, const float *delta,
+                                                                        int64_t stride, const float *w,
+                                                                        float *out, int64_t out_stride,
+                                                                        int64_t d, float eps, const int add,
+                                                                        const int R) {
+    hymt_v8f acc[4];
+    for (int r = 0; r < R; r++) acc[r] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc += hymt_load8(a + i) * hymt_load8(b + i);
-    float l[8];
-    hymt_store8(l, acc);
-    for (int k = 0; i < n; i++, k++) l[k] += a[i] * b[i];
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
-/* out[i] = x[i] * (1 / sqrt(dot(x, x) / d + eps)) * w[i]; out may alias x. */
-static inline void hymt_rmsnorm_row(const float *x, const float *w, float *out, int64_t d, float eps) {
-    float mean = hymt_ops_dot(x, x, d) / (float)d;
-    float inv = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < d; i++) out[i] = x[i] * inv * w[i];
-}
-
-/* hidden[r] += delta[r], then out[r] = RMSNorm(hidden[r], w): a residual add fused with the next norm. */
-static void hymt_add_rmsnorm_rows(float *hidden, const float *delta, const float *w, float *out, int64_t rows,
-                                  int64_t d, float eps, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (rows * d >= HYMT_OPS_PARALLEL_WORK)
-    for (int64_t r = 0; r < rows; r++) {
-        float *h = hidden + r * d;
-        const float *dr = delta + r * d;
-        for (int64_t i = 0; i < d; i++) h[i] += dr[i];
-        hymt_rmsnorm_row(h, w, out + r * d, d, eps);
+    for (; i + 8 <= d; i += 8)
+        for (int r = 0; r < R; r++) {
+            hymt_v8f v = hymt_load8(x + r * stride + i);
+            if (add) {
+                v += hymt_load8(delta + r * stride + i);
+                hymt_store8(x + r * stride + i, v);
+            }
+            acc[r] += v * v;
+        }
+    for (int r = 0; r < R; r++) {
+        float *xr = x + r * stride, *o = out + r * out_stride, l[8];
+        hymt_store8(l, acc[r]);
+        for (int64_t j = i, k = 0; j < d; j++, k++) {
+            if (add) xr[j] += delta[r * stride + j];
+            l[k] += xr[j] * xr[j];
+        }
+        const float mean = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) / (float)d;
+        const float inv = 1.0f / sqrtf(mean + eps);
+        const hymt_v16f iv = hymt_ops_splat16(inv);
+        int64_t j = 0;
+        for (; j + 16 <= d; j += 16) hymt_store16(o + j, hymt_load16(xr + j) * iv * hymt_load16(w + j));
+        for (; j < d; j++) o[j] = xr[j] * inv * w[j];
     }
 }
 
-/* freqs[j] = base^(-2j/D) in float32, j < D/2. */
-static void hymt_rope_freqs(float base, int64_t D, float *freqs) {
-    for (int64_t j = 0; j < D / 2; j++) freqs[j] = powf(base, -(float)(2 * j) / (float)D);
+/* Rows [r0, r1) of hidden[rows, d] += delta, out = RMSNorm(hidden, w). */
+static inline __attribute__((always_inline)) void hymt_add_rmsnorm_body(float *hidden, const float *delta,
+                                                                       const float *w, float *out, int64_t r0,
+                                                                       int64_t r1, int64_t d, float eps) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        hymt_rmsnorm_rows_body(hidden + r * d, delta + r * d, d, w, out + r * d, d, d, eps, 1, 4);
+    for (; r < r1; r++) hymt_rmsnorm_rows_body(hidden + r * d, delta + r * d, d, w, out + r * d, d, d, eps, 1, 1);
+}
+
+/* RMSNorm (weights w[D]) of heads x[heads, D] in place. */
+static inline __attribute__((always_inline)) void hymt_head_norms_body(float *x, int64_t heads, int64_t D,
+                                                                      const float *w, float eps) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) hymt_rmsnorm_rows_body(x + h * D, NULL, D, w, x + h * D, D, D, eps, 0, 4);
+    for (; h < heads; h++) hymt_rmsnorm_rows_body(x + h * D, NULL, D, w, x + h * D, D, D, eps, 0, 1);
 }
 
 /* Most rotation pairs per head whose cos/sin one token keeps on the stack (D <= 512); larger heads take
  * them in chunks of this many pairs. */
 #define HYMT_ROPE_CHUNK 256
 
-/* NeoX split-half rotation of the heads of one token: pairs (j, j + D/2) rotate by pos * freqs[j].
- * cos/sin of each angle are taken once per token (not once per head), and the rotation of a head is a
- * loop over contiguous j the compiler vectorizes; each element gets the same operations either way. */
-static inline void hymt_rope_token(float *x, int64_t heads, int64_t D, float pos, const float *freqs) {
+/* Pairs j < nj of one head's halves lo[j], hi[j] rotated by the angle with cos c[j], sin s[j]. */
+static inline __attribute__((always_inline)) void hymt_rope_pairs(float *lo, float *hi, const float *c,
+                                                                 const float *s, int64_t nj) {
+    int64_t j = 0;
+    for (; j + 16 <= nj; j += 16) {
+        const hymt_v16f a = hymt_load16(lo + j), b = hymt_load16(hi + j);
+        const hymt_v16f cj = hymt_load16(c + j), sj = hymt_load16(s + j);
+        hymt_store16(lo + j, a * cj - b * sj);
+        hymt_store16(hi + j, a * sj + b * cj);
+    }
+    for (; j < nj; j++) {
+        const float a = lo[j], b = hi[j];
+        lo[j] = a * c[j] - b * s[j];
+        hi[j] = a * s[j] + b * c[j];
+    }
+}
+
+/* NeoX split-half rotation of one token's heads x[nx, D] and y[ny, D] (y may be NULL with ny = 0): pairs
+ * (j, j + D/2) rotate by pos * freqs[j]. cos/sin of each angle are taken once per token for both sets of
+ * heads (libm's cosf/sinf, scalar in every family), and the rotation of a head is element-wise over
+ * contiguous j; each element gets the same operations either way. */
+static inline __attribute__((always_inline)) void hymt_rope_body(float *x, int64_t nx, float *y, int64_t ny,
+                                                                int64_t D, float pos, const float *freqs) {
     const int64_t half = D / 2;
     float c[HYMT_ROPE_CHUNK], s[HYMT_ROPE_CHUNK];
     for (int64_t j0 = 0; j0 < half; j0 += HYMT_ROPE_CHUNK) {
@@ -94,42 +155,107 @@ static inline void hymt_rope_token(float *x, int64_t heads, int64_t D, float pos
             c[j] = cosf(angle);
             s[j] = sinf(angle);
         }
-        for (int64_t h = 0; h < heads; h++) {
-            float *lo = x + h * D + j0, *hi = lo + half;
-            for (int64_t j = 0; j < nj; j++) {
-                const float a = lo[j], b = hi[j];
-                lo[j] = a * c[j] - b * s[j];
-                hi[j] = a * s[j] + b * c[j];
-            }
-        }
+        for (int64_t h = 0; h < nx; h++) hymt_rope_pairs(x + h * D + j0, x + h * D + j0 + half, c, s, nj);
+        for (int64_t h = 0; h < ny; h++) hymt_rope_pairs(y + h * D + j0, y + h * D + j0 + half, c, s, nj);
     }
+}
+
+/* Per-head RMSNorm and RoPE of one token's heads q[H, D] (weights wq[D]) and k[K, D] (wk; k may be NULL
+ * with K = 0) at position pos, in place, in the architecture's order: norm_first = 0 (hunyuan-dense): RoPE
+ * then norm; 1 (hy_v3): norm then RoPE. */
+static inline __attribute__((always_inline)) void hymt_norm_rope_body(float *q, int64_t H, float *k, int64_t K,
+                                                                     int64_t D, float pos, const float *freqs,
+                                                                     const float *wq, const float *wk,
+                                                                     float eps, int norm_first) {
+    if (!norm_first) hymt_rope_body(q, H, k, K, D, pos, freqs);
+    hymt_head_norms_body(q, H, D, wq, eps);
+    hymt_head_norms_body(k, K, D, wk, eps);
+    if (norm_first) hymt_rope_body(q, H, k, K, D, pos, freqs);
+}
+
+typedef void (*hymt_add_rmsnorm_fn)(float *, const float *, const float *, float *, int64_t, int64_t, int64_t,
+                                    float);
+typedef void (*hymt_norm_rope_fn)(float *, int64_t, float *, int64_t, int64_t, float, const float *,
+                                  const float *, const float *, float, int);
+typedef void (*hymt_rope_fn)(float *, int64_t, int64_t, float, const float *);
+
+/* One family's build of the three bodies. */
+typedef struct {
+    hymt_add_rmsnorm_fn add_rmsnorm;
+    hymt_norm_rope_fn norm_rope;
+    hymt_rope_fn rope;
+} hymt_ops_kernels;
+
+#define HYMT_OPS_KERNELS(name, target)                                                                         \
+    target static void hymt_add_rmsnorm_##name(float *hidden, const float *delta, const float *w, float *out,   \
+                                               int64_t r0, int64_t r1, int64_t d, float eps) {                 \
+        hymt_add_rmsnorm_body(hidden, delta, w, out, r0, r1, d, eps);                                        \
+    }                                                                                                          \
+    target static void hymt_norm_rope_##name(float *q, int64_t H, float *k, int64_t K, int64_t D, float pos,    \
+                                             const float *freqs, const float *wq, const float *wk, float eps,  \
+                                             int norm_first) {                                                 \
+        hymt_norm_rope_body(q, H, k, K, D, pos, freqs, wq, wk, eps, norm_first);                              \
+    }                                                                                                          \
+    target static void hymt_rope_##name(float *x, int64_t heads, int64_t D, float pos, const float *freqs) {   \
+        hymt_rope_body(x, heads, NULL, 0, D, pos, freqs);                                                     \
+    }                                                                                                          \
+    static const hymt_ops_kernels hymt_ops_##name = {hymt_add_rmsnorm_##name, hymt_norm_rope_##name,           \
+                                                     hymt_rope_##name};
+
+HYMT_OPS_KERNELS(generic, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* No fma in either target: -ffp-contract=off keeps every multiply and add anyway. */
+HYMT_OPS_KERNELS(avx2, __attribute__((target("avx2"))))
+HYMT_OPS_KERNELS(avx512, __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))))
+#endif
+
+/* The build of the active family. */
+static inline const hymt_ops_kernels *hymt_ops_active(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (*hymt_ops_isa == 2) return &hymt_ops_avx512;
+    if (*hymt_ops_isa == 1) return &hymt_ops_avx2;
+#endif
+    return &hymt_ops_generic;
+}
+
+/* hidden[r] += delta[r], then out[r] = RMSNorm(hidden[r], w): a residual add fused with the next norm. */
+static void hymt_add_rmsnorm_rows(float *hidden, const float *delta, const float *w, float *out, int64_t rows,
+                                  int64_t d, float eps, int threads) {
+    const hymt_add_rmsnorm_fn fn = hymt_ops_active()->add_rmsnorm;
+    const int64_t blocks = (rows + 3) / 4; /* of 4 rows, the unit of hymt_rmsnorm_rows_body */
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * d >= HYMT_OPS_PARALLEL_WORK)
+    for (int64_t b = 0; b < blocks; b++) fn(hidden, delta, w, out, 4 * b, 4 * b + 4 < rows ? 4 * b + 4 : rows, d, eps);
+}
+
+/* freqs[j] = base^(-2j/D) in float32, j < D/2. */
+static void hymt_rope_freqs(float base, int64_t D, float *freqs) {
+    for (int64_t j = 0; j < D / 2; j++) freqs[j] = powf(base, -(float)(2 * j) / (float)D);
 }
 
 /* x[n, heads, D] rotated in place; token t sits at absolute position pos[t]. */
 static void hymt_rope(float *x, int64_t n, int64_t heads, int64_t D, const int64_t *pos, const float *freqs,
                       int threads) {
+    const hymt_rope_fn fn = hymt_ops_active()->rope;
 #pragma omp parallel for schedule(static) num_threads(threads) if (n * heads * D >= HYMT_OPS_PARALLEL_WORK)
-    for (int64_t t = 0; t < n; t++) hymt_rope_token(x + t * heads * D, heads, D, (float)pos[t], freqs);
+    for (int64_t t = 0; t < n; t++) fn(x + t * heads * D, heads, D, (float)pos[t], freqs);
 }
 
 /* Per-head RMSNorm (weights w[D]) and RoPE of heads x[heads, D] of one token at position pos, in place,
  * in the architecture's order: norm_first = 0 (hunyuan-dense): RoPE then norm; 1 (hy_v3): norm then RoPE. */
 static inline void hymt_norm_rope_heads(float *x, int64_t heads, int64_t D, float pos, const float *freqs,
                                         const float *w, float eps, int norm_first) {
-    if (!norm_first) hymt_rope_token(x, heads, D, pos, freqs);
-    for (int64_t h = 0; h < heads; h++) hymt_rmsnorm_row(x + h * D, w, x + h * D, D, eps);
-    if (norm_first) hymt_rope_token(x, heads, D, pos, freqs);
+    hymt_ops_active()->norm_rope(x, heads, NULL, 0, D, pos, freqs, w, NULL, eps, norm_first);
 }
 
-/* hymt_norm_rope_heads over every token of q[n, H, D] and k[n, K, D]. */
+/* hymt_norm_rope_heads over every token of q[n, H, D] and k[n, K, D] (a token's query and key heads share
+ * its cos/sin). */
 static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t K, int64_t D, const int64_t *pos,
                               const float *freqs, const float *q_norm, const float *k_norm, float eps,
                               int norm_first, int threads) {
+    const hymt_norm_rope_fn fn = hymt_ops_active()->norm_rope;
 #pragma omp parallel for schedule(static) num_threads(threads) if (n * (H + K) * D >= HYMT_OPS_PARALLEL_WORK)
-    for (int64_t t = 0; t < n; t++) {
-        hymt_norm_rope_heads(q + t * H * D, H, D, (float)pos[t], freqs, q_norm, eps, norm_first);
-        hymt_norm_rope_heads(k + t * K * D, K, D, (float)pos[t], freqs, k_norm, eps, norm_first);
-    }
+    for (int64_t t = 0; t < n; t++)
+        fn(q + t * H * D, H, k + t * K * D, K, D, (float)pos[t], freqs, q_norm, k_norm, eps, norm_first);
 }
 
 /* ---- causal grouped-query attention ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from hymt._kernels.mm_api cimport HYMT_MM_API_CAPSULE, hymt_format, hymt_mm_api
 from hymt.errors import KernelError
 
 cdef extern from "ops.h" nogil:
+    const int *hymt_ops_isa
     void hymt_add_rmsnorm_rows(float *hidden, const float *delta, const float *w, float *out, int64_t rows,
                                int64_t d, float eps, int threads)
     void hymt_rope_freqs(float base, int64_t D, float *freqs)
@@ -49,6 +50,8 @@ from hymt._kernels import quant as _quant
 
 # The products of quant.so (its kernels, ISA family and thread count), for the Layer driver below.
 cdef const hymt_mm_api *_mm = <const hymt_mm_api *>PyCapsule_GetPointer(_quant.mm_api(), HYMT_MM_API_CAPSULE)
+# The norms and RoPE run in quant.so's active ISA family too.
+hymt_ops_isa = _mm.isa
 
 
 cdef int _active_isa():

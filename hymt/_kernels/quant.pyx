@@ -448,6 +448,7 @@ _mm_api.format_by_name = hymt_format_by_name
 _mm_api.matmul = hymt_matmul
 _mm_api.qkv = hymt_matmul_qkv
 _mm_api.gate_up_silu = hymt_matmul_gate_up_silu
+_mm_api.isa = &hymt_active_isa
 
 
 def mm_api():
