@@ -372,7 +372,14 @@ static const hymt_q8_0_tile_fn hymt_q8_0_tiles_avx512[2][HYMT_Q8_0_TILE_TOKENS] 
 
 /* Rows in panels of 32 (16 for a last odd panel); tokens in spans of HYMT_Q8_0_SPAN_TOKENS whose group
  * totals sit in a stack scratch. Per (panel, span, group): the panel's group is transposed once into W/D
- * (L1-resident, 8 KiB + 1 KiB) and run against every token of the span in near-equal register tiles. */
+ * (L1-resident, 8 KiB + 1 KiB) and run against every token of the span in near-equal register tiles.
+ * Memory: as in hymt_q8_0_small_avx512, a range of 32·S rows (S = HYMT_Q8_0_LANE_ROWS, fewer for a short
+ * range; ranges under 64 rows as panels of consecutive rows) is read in S passes whose panels take rows
+ * r + p + jS (vector 0) and r + p + 16S + jS (vector 1), so each of the 32 lanes streams S consecutive
+ * rows, every lane prefetched HYMT_Q8_0_PREFETCH_GROUPS groups ahead into L2. Measured (size.py, one
+ * shape cycled through 1 GiB, n = 8, ratio to the streaming read rate, 2 / 1 threads): 2048×2048
+ * 0.49 / 0.51 → 0.62 / 0.65, 2048 rows × 6144 columns 0.60 / 0.62 → 0.70 / 0.69, 65536×2048 0.52 / 0.53
+ * → 0.66 / 0.65; without the prefetch 0.57–0.64, into L1 instead 0.59–0.65, S = 4 0.60–0.70. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
@@ -389,24 +396,39 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
     __m512 D[2 * 8];                                                /* [row vector][block] */
     float total[HYMT_Q8_0_SPAN_TOKENS * 2 * 16] __attribute__((aligned(64))); /* [token][row vector][16] */
     const hymt_q8_0_act *a[HYMT_Q8_0_SPAN_TOKENS];                 /* [token] this group's activations */
+    /* the d gather's lane offsets (up to 15·16·row_bytes) must fit int32 for S > 1 */
+    const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
     for (int64_t r = r0; r < r1;) {
         int64_t left = r1 - r;
-        int rv = left > 16 ? 2 : 1;
+        const int64_t S = !strided || left < 64 ? 1 : left >= 32 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 32;
+        int rv = S > 1 || left > 16 ? 2 : 1;
         int nr[2] = {left >= 16 ? 16 : (int)left, left >= 32 ? 16 : (int)(left - 16)};
+        const size_t ls = (size_t)S * row_bytes;
+        const int64_t vrows = 16 * S; /* rows from vector 0's lane 0 to vector 1's */
+        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32((int)S));
+        for (int64_t p = 0; p < S; p++) /* pass p: lane j of vector i is row r + p + vrows·i + jS */
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_SPAN_TOKENS) {
             int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
             memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
             for (int64_t g = 0; g < groups; g++) {
-                if (nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
+                if (S == 1 && nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
                     hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
                     if (g == groups - 1) /* the span's output lines, written after this group */
                         for (int k = 0; k < nt; k++)
                             for (int i = 0; i < rv; i++)
                                 _mm_prefetch((const char *)(y + (t0 + k) * y_stride + r + 16 * i), _MM_HINT_T0);
                 }
+                if (S > 1) /* each lane's group HYMT_Q8_0_PREFETCH_GROUPS ahead along the lane, into L2 */
+                    for (int i = 0; i < 2; i++)
+                        for (int q = 0; q < 16; q++) {
+                            const char *pp = (const char *)(w + (size_t)(r + p + vrows * i) * row_bytes + (size_t)q * ls +
+                                                            (size_t)(g + HYMT_Q8_0_PREFETCH_GROUPS) * 8 * HYMT_Q8_0_BYTES);
+                            for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(pp + off, _MM_HINT_T1);
+                        }
                 for (int i = 0; i < rv; i++)
-                    hymt_q8_0_panel_avx512(w + (size_t)(r + 16 * i) * row_bytes, row_bytes, nr[i], g, W + 64 * i,
-                                           D + 8 * i);
+                    hymt_q8_0_panel_avx512(w + (size_t)(r + p + (S > 1 ? vrows : 16) * i) * row_bytes, ls, nr[i], g,
+                                           W + 64 * i, D + 8 * i);
                 for (int k = 0; k < nt; k++)
                     a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;
                 /* the span's tokens in tiles of near-equal size (8 = 4 + 4, not 6 + 2) */
@@ -418,11 +440,16 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
                 }
             }
             for (int k = 0; k < nt; k++)
-                for (int i = 0; i < rv; i++)
-                    _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r + 16 * i, (__mmask16)((1u << nr[i]) - 1),
-                                          _mm512_load_ps(total + 16 * (rv * k + i)));
+                for (int i = 0; i < rv; i++) {
+                    if (S > 1)
+                        _mm512_i32scatter_ps(y + (t0 + k) * y_stride + r + p + vrows * i, lanes,
+                                             _mm512_load_ps(total + 16 * (rv * k + i)), 4);
+                    else
+                        _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r + 16 * i, (__mmask16)((1u << nr[i]) - 1),
+                                              _mm512_load_ps(total + 16 * (rv * k + i)));
+                }
         }
-        r += 16 * rv;
+        r += S > 1 ? 32 * S : 16 * rv;
     }
 }
 
