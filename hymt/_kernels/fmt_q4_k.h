@@ -29,12 +29,13 @@
 #include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
-/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (one sequential weight
- * stream, the fastest read), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
+/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (two sequential weight
+ * streams), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
  * (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
- * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads: the register tiles take 1.08x the row-at-a-time
- * kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4 (per token a vpdpbusd chain, no horizontal sums),
- * and 0.75x the L1-buffer tiles' at 6-8. */
+ * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads when the register tiles still staged each tile
+ * through a copy: they took 1.08x the row-at-a-time kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4
+ * (per token a vpdpbusd chain, no horizontal sums), and 0.75x the L1-buffer tiles' at 6-8; with the
+ * super panels that replaced the copy they lose at 1-2 tokens still (hymt_q4_k_rows_avx512). */
 #define HYMT_Q4_K_GEMV_MAX 2
 #define HYMT_Q4_K_ROWS_MAX 8
 
