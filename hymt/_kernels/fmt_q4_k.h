@@ -29,12 +29,13 @@
 #include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
-/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (one sequential weight
- * stream, the fastest read), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
+/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (two sequential weight
+ * streams), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
  * (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
- * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads: the register tiles take 1.08x the row-at-a-time
- * kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4 (per token a vpdpbusd chain, no horizontal sums),
- * and 0.75x the L1-buffer tiles' at 6-8. */
+ * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads when the register tiles still staged each tile
+ * through a copy: they took 1.08x the row-at-a-time kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4
+ * (per token a vpdpbusd chain, no horizontal sums), and 0.75x the L1-buffer tiles' at 6-8; with the
+ * super panels that replaced the copy they lose at 1-2 tokens still (hymt_q4_k_rows_avx512). */
 #define HYMT_Q4_K_GEMV_MAX 2
 #define HYMT_Q4_K_ROWS_MAX 8
 
@@ -336,7 +337,18 @@ static const hymt_q4_k_dots_fn hymt_q4_k_dots[2][HYMT_K_TT] = {
  * leaves 16 inputs of one sub-block per lane (<= 16·15·127, int16-sized), one vpdpwssd by the lane's
  * (sc, 0) scales them, and a horizontal sum (hymt_kq_hsum16, 16 blocks at once) gives A. B of 16 blocks
  * is four vpdpwssd with one lane per block: the mins of the row's blocks (gathered in registers) times
- * the token's bsum pairs (arranged the same way once per call). */
+ * the token's bsum pairs (arranged the same way once per call).
+ * Memory: the rows are taken from HYMT_Q4_K_GEMV_STREAMS equal sub-ranges in turn (row r0 + i, then
+ * r0 + H + i, ...), so the kernel reads that many sequential streams instead of one; each row's values
+ * are its own, so the order cannot change them. The kernel computes at ~17 GB/s per thread from L2
+ * (2048 columns), not far above one thread's share of the read rate (~14 GB/s), and one stream left
+ * fetches exposed: measured (size.py, one matrix shape cycled through 1 GiB, n = 1, ratio to the
+ * streaming read rate, 2 / 1 threads) 2048×2048 0.66 / 0.78 → 0.74 / 0.86, 6144×2048 0.74 / 0.81 →
+ * 0.80 / 0.90, 2048 rows × 6144 columns 0.72 / 0.82 → 0.75 / 0.83, 65536×2048 0.81 / 0.86 → 0.87 / 0.91.
+ * Four streams measured the same as two; the prefetch distances (hymt_kq_prefetch: L1 768–1536, L2
+ * 4096–6144 bytes ahead) within noise of each other; prefetching exactly the lines of one block instead
+ * of four lines from each block's offset −3 to −6 %. */
+#define HYMT_Q4_K_GEMV_STREAMS 2
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_gemv_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                           const uint8_t *act, size_t act_stride, const int n,
                                                           int64_t nb, float *y, int64_t y_stride) {
@@ -371,7 +383,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_gemv_avx512(const uint8_t *w, size
         for (int k = 0; k < 16; k++) av[t][k] = _mm512_setzero_si512();
     memset(mt, 0, sizeof mt);
     memset(dm, 0, sizeof dm);
-    for (int64_t r = r0; r < r1; r++) {
+    const int64_t H = (r1 - r0 + HYMT_Q4_K_GEMV_STREAMS - 1) / HYMT_Q4_K_GEMV_STREAMS; /* rows per stream */
+    for (int64_t i = 0; i < HYMT_Q4_K_GEMV_STREAMS * H; i++) {
+        const int64_t r = r0 + (i % HYMT_Q4_K_GEMV_STREAMS) * H + i / HYMT_Q4_K_GEMV_STREAMS;
+        if (r >= r1) continue; /* the last stream is short */
         const uint8_t *row = w + (size_t)r * row_bytes;
         float acc[HYMT_Q4_K_GEMV_MAX];
         for (int t = 0; t < n; t++) acc[t] = 0.0f;
@@ -451,12 +466,23 @@ static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_
  * and scales by sc(j) with one vpdpwssd, as in hymt_q4_k_dots_avx512 (the chains of the two sub-blocks
  * of a 32-byte group run interleaved, so that even one token has two independent chains); then the same
  * pair products for the 8·sc·bsum put back and B, and the two float steps.
- * Memory: a tile read block by block is 16 strided streams, which the hardware prefetchers follow badly
- * (measured: 1.4x the row-at-a-time GEMV's time at one token from DRAM, 1.0x from L2); so the next tile
- * (16 consecutive rows: one contiguous range) is copied into a staging buffer in memory order, a slice
- * after each group, while this one is computed from the other buffer: one sequential stream, read like
- * the GEMV's. A range's first whole tile is read in place (there is nothing to overlap its copy with),
- * a partial last tile is staged at once, its missing rows repeating the last row (never stored). */
+ * Memory: a tile of 16 consecutive rows read block by block is 16 streams that each jump to the next
+ * tile after one row (1152 bytes at 2048 columns), which the hardware prefetchers follow badly. So a
+ * range of 16·S rows (S = HYMT_Q4_K_LANE_ROWS, fewer for a short range) is read as a super panel whose
+ * lane j takes rows r + jS .. r + jS + S − 1 in S passes: each lane is one contiguous stream of S rows,
+ * prefetched into L1 HYMT_Q4_K_ROWS_AHEAD blocks ahead along the lane (past a row's end that is the
+ * lane's next row), and lane j of pass i is output row r + jS + i (the values are per row, so the lane
+ * assignment cannot change them). A range shorter than 32 rows is read as tiles of consecutive rows, a
+ * partial one with its missing lanes repeating its last row (never stored). Measured against the
+ * previous form, which copied each next tile of consecutive rows into a staging buffer during the
+ * current one (size.py, one shape cycled through 1 GiB, n = 4, ratio to the streaming read rate, 2 / 1
+ * threads): 2048×2048 0.54 / 0.62 → 0.75 / 0.87, 2048 rows × 6144 columns 0.56 / 0.62 → 0.84 / 0.94,
+ * 65536×2048 0.62 / 0.65 → 0.83 / 0.87; without the software prefetch 0.64–0.80, 1 or 3 blocks ahead
+ * within noise of 2, S = 4 (the gate/up product's 64-row calls) 0.67–0.79. The same kernel at one or two
+ * tokens beats the row-at-a-time GEMV at one thread (n = 2: 0.75 → 0.91 at 2048×2048) but loses at two
+ * threads (n = 1: 0.82 → 0.71–0.75, n = 2: 0.68 → 0.63), so the GEMV keeps n <= 2. */
+#define HYMT_Q4_K_LANE_ROWS 16
+#define HYMT_Q4_K_ROWS_AHEAD 2
 typedef struct {
     __m512i sc[8];  /* lane r: the int16 pair (sc(j), 0) of row r */
     __m512i sc8[4]; /* lane r: 8·sc(2i) | 8·sc(2i+1) << 16 */
@@ -509,41 +535,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rowscales_avx512(const uint8_t *bl
 #define HYMT_Q4_K_DPBUSD_BCST(acc, w, p) \
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(p)))
 
-/* Bytes of the next tile copied after each of the 4 groups of a block step: 16 rows × 144 / 4 (9 lines),
- * and how far ahead of the copy its source is prefetched into L2. */
-#define HYMT_Q4_K_SLICE 576
-#define HYMT_Q4_K_STAGE_PREFETCH 2048
-/* A range's first tile is read in place, its rows prefetched this many blocks ahead (the gate/up product
- * calls the kernel on 64 rows at a time, so a quarter of its tiles are first tiles: measured 5 % faster
- * at 4 tokens than without, as fast as staging it first). */
-#define HYMT_Q4_K_INPLACE_AHEAD 2
-
-/* Bytes [lo, lo + HYMT_Q4_K_SLICE) of src to dst (dst 64-byte aligned at lo). A whole tile of nb blocks
- * is 16 · 144 · nb = 4 · nb slices, one after each group of its nb block steps. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_stage(uint8_t *dst, const uint8_t *src, size_t lo) {
-    for (int k = 0; k < HYMT_Q4_K_SLICE; k += 64) {
-        __builtin_prefetch(src + lo + k + HYMT_Q4_K_STAGE_PREFETCH, 0, 2);
-        _mm512_store_si512((void *)(dst + lo + k), _mm512_loadu_si512((const void *)(src + lo + k)));
-    }
-}
-
-/* rows (1..16) rows of row_bytes from src into a staging tile, rows past the end repeating the last one. */
-static void hymt_q4_k_stage_tile(uint8_t *dst, const uint8_t *src, size_t row_bytes, int rows) {
-    memcpy(dst, src, (size_t)rows * row_bytes);
-    for (int i = rows; i < 16; i++)
-        memcpy(dst + (size_t)i * row_bytes, src + (size_t)(rows - 1) * row_bytes, row_bytes);
-}
-
-/* One block step of a tile (16 rows, row_bytes apart from blk) for T tokens: acc[t] (lane = row) += the
- * block's float steps. The next tile's 4 slices from next_lo are copied between the groups (none when
- * next_dst is NULL). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, size_t row_bytes, const uint8_t *a0,
-                                                         size_t act_stride, const int T, __m512 *acc,
-                                                         uint8_t *next_dst, const uint8_t *next_src,
-                                                         size_t next_lo) {
+/* One block step of a tile for T tokens: lane i < nr reads the block at blk + i·lane_bytes, lanes ≥ nr
+ * repeat lane nr − 1; acc[t] (lane = row) += the block's float steps. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, size_t lane_bytes, int nr,
+                                                         const uint8_t *a0, size_t act_stride, const int T,
+                                                         __m512 *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     size_t ro[16];
-    for (int i = 0; i < 16; i++) ro[i] = (size_t)i * row_bytes;
+    for (int i = 0; i < 16; i++) ro[i] = (size_t)(i < nr ? i : nr - 1) * lane_bytes;
     hymt_q4_k_rowscales hs __attribute__((aligned(64)));
     __m512i tv[16] __attribute__((aligned(64))); /* the transposed codes of one half block, through L1 */
     hymt_q4_k_rowscales_avx512(blk, ro, &hs);
@@ -557,7 +556,6 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, siz
 #pragma GCC unroll 2
         for (int gg = 0; gg < 2; gg++) { /* group 2h + gg: sub-blocks jl (low nibbles), jl + 1 (high) */
             const int jl = 4 * h + 2 * gg;
-            if (next_dst != NULL) hymt_q4_k_stage(next_dst, next_src, next_lo + (size_t)(jl / 2) * HYMT_Q4_K_SLICE);
             __m512i cl[HYMT_Q4_K_ROWS_MAX], chh[HYMT_Q4_K_ROWS_MAX]; /* the two chains of each token */
             for (int t = 0; t < T; t++) {
                 const hymt_k8 *a = (const hymt_k8 *)(a0 + (size_t)t * act_stride);
@@ -594,44 +592,46 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, siz
     }
 }
 
-/* Rows [r0, r1) × T tokens, tiles staged through stage ([2][tile_bytes], 64-byte aligned). */
+/* Rows [r0, r1) × T tokens in super panels (see above). */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                           const uint8_t *act, size_t act_stride, const int T,
-                                                          int64_t nb, float *y, int64_t y_stride, uint8_t *stage,
-                                                          size_t tile_bytes) {
-    const int in_place = r1 - r0 >= 16; /* the first tile is whole: read it where it is */
-    if (!in_place) hymt_q4_k_stage_tile(stage, w + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0));
-    for (int64_t r = r0, tile = 0; r < r1; r += 16, tile++) {
-        const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-        const uint8_t *base =
-            tile == 0 && in_place ? w + (size_t)r * row_bytes : stage + (size_t)(tile % 2) * tile_bytes;
-        uint8_t *next = stage + (size_t)((tile + 1) % 2) * tile_bytes;
-        const uint8_t *next_src = w + (size_t)(r + 16) * row_bytes;
-        __m512 acc[HYMT_Q4_K_ROWS_MAX];
-        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-        /* a whole next tile is copied a slice at a time during this one, a partial one (padded) after it */
-        for (int64_t b = 0; b < nb; b++) {
-            if (tile == 0 && in_place) /* its 16 rows, HYMT_Q4_K_INPLACE_AHEAD blocks ahead, into L1 */
-                for (int i = 0; i < 16; i++)
+                                                          int64_t nb, float *y, int64_t y_stride) {
+    for (int64_t r = r0; r < r1;) {
+        const int64_t left = r1 - r;
+        const int64_t S = left >= 16 * HYMT_Q4_K_LANE_ROWS ? HYMT_Q4_K_LANE_ROWS : left >= 32 ? left / 16 : 1;
+        const int nr = left >= 16 ? 16 : (int)left;
+        const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
+        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32((int)S)); /* lane j's output row − pass row */
+        const __mmask16 keep = (__mmask16)((1u << nr) - 1);
+        for (int64_t i = 0; i < S; i++) {
+            const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
+            __m512 acc[HYMT_Q4_K_ROWS_MAX];
+            for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                for (int q = 0; q < nr; q++)
                     for (int k = 0; k < HYMT_Q4_K_BYTES; k += 64)
-                        __builtin_prefetch(base + (size_t)i * row_bytes + (size_t)(b + HYMT_Q4_K_INPLACE_AHEAD) *
-                                           HYMT_Q4_K_BYTES + k, 0, 3);
-            hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, row_bytes, act + (size_t)b * sizeof(hymt_k8),
-                                 act_stride, T, acc, r + 32 <= r1 ? next : NULL, next_src,
-                                 (size_t)b * 4 * HYMT_Q4_K_SLICE);
+                        __builtin_prefetch(base + (size_t)q * ls + (size_t)(b + HYMT_Q4_K_ROWS_AHEAD) * HYMT_Q4_K_BYTES + k,
+                                           0, 3);
+                hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, ls, nr, act + (size_t)b * sizeof(hymt_k8),
+                                     act_stride, T, acc);
+            }
+            for (int t = 0; t < T; t++) {
+                if (S > 1)
+                    _mm512_i32scatter_ps(y + t * y_stride + r + i, lanes, acc[t], 4);
+                else
+                    _mm512_mask_storeu_ps(y + t * y_stride + r, keep, acc[t]);
+            }
         }
-        if (r + 16 < r1 && r + 32 > r1) hymt_q4_k_stage_tile(next, next_src, row_bytes, (int)(r1 - r - 16));
-        const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride + r, keep, acc[t]);
+        r += S > 1 ? 16 * S : nr;
     }
 }
 
 #define HYMT_Q4_K_ROWS(N)                                                                                   \
     HYMT_TARGET_AVX512 static void hymt_q4_k_rows_##N(const uint8_t *w, size_t row_bytes, int64_t r0,           \
                                                       int64_t r1, const uint8_t *act, size_t act_stride,        \
-                                                      int64_t nb, float *y, int64_t y_stride, uint8_t *stage,   \
-                                                      size_t tile_bytes) {                                      \
-        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride, stage, tile_bytes);    \
+                                                      int64_t nb, float *y, int64_t y_stride) {                 \
+        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride);                       \
     }
 HYMT_Q4_K_ROWS(3)
 HYMT_Q4_K_ROWS(4)
@@ -641,8 +641,7 @@ HYMT_Q4_K_ROWS(7)
 HYMT_Q4_K_ROWS(8)
 #undef HYMT_Q4_K_ROWS
 typedef void (*hymt_q4_k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
-                                  size_t act_stride, int64_t nb, float *y, int64_t y_stride, uint8_t *stage,
-                                  size_t tile_bytes);
+                                  size_t act_stride, int64_t nb, float *y, int64_t y_stride);
 /* [n - HYMT_Q4_K_GEMV_MAX - 1]: 1-2 tokens take the row-at-a-time GEMV */
 static const hymt_q4_k_rows_fn hymt_q4_k_rowfns[HYMT_Q4_K_ROWS_MAX - HYMT_Q4_K_GEMV_MAX] = {
     hymt_q4_k_rows_3, hymt_q4_k_rows_4, hymt_q4_k_rows_5, hymt_q4_k_rows_6, hymt_q4_k_rows_7, hymt_q4_k_rows_8};
@@ -655,14 +654,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
     if (n > HYMT_Q4_K_GEMV_MAX && n <= HYMT_Q4_K_ROWS_MAX) {
-        const size_t tile_bytes = (16 * row_bytes + 63) / 64 * 64;
-        uint8_t *stage = (uint8_t *)aligned_alloc(64, 2 * tile_bytes); /* [2][tile_bytes] */
-        if (stage != NULL) {
-            hymt_q4_k_rowfns[n - HYMT_Q4_K_GEMV_MAX - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride, stage,
-                                                         tile_bytes);
-            free(stage);
-            return;
-        }
+        hymt_q4_k_rowfns[n - HYMT_Q4_K_GEMV_MAX - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
+        return;
     }
     if (n <= HYMT_Q4_K_GEMV_MAX) {
         hymt_q4_k_gemvs[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);

@@ -24,7 +24,8 @@
  * in registers; the float steps above run once per block on 16 rows. Up to 4 tokens (the GEMV and small
  * decode batches) skip the scratch: each block is transposed in registers and used at once. The
  * transpose costs shuffles, not memory traffic, so the weight stream stays the GEMV's bottleneck; the
- * rows read side by side are prefetched in software (hymt_q8_0_prefetch).
+ * small batches give each lane a run of consecutive rows (one long stream per lane) and prefetch it in
+ * software (hymt_q8_0_small_avx512), the panel path prefetches its rows (hymt_q8_0_prefetch).
  * Float path: decode 8 blocks (256 floats) at a time and sum the chunk dots. */
 #ifndef HYMT_FMT_Q8_0_H
 #define HYMT_FMT_Q8_0_H
@@ -118,6 +119,8 @@ static void hymt_gemm_q8_0_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 #define HYMT_Q8_0_SMALL 4
 /* How far ahead (in 256-weight groups of a panel) the weight rows are prefetched. */
 #define HYMT_Q8_0_PREFETCH_GROUPS 2
+/* Consecutive rows per lane of the small-batch kernel's super panels (hymt_q8_0_small_avx512). */
+#define HYMT_Q8_0_LANE_ROWS 16
 /* The panel path prefetches from this many tokens per span (see hymt_q8_0_prefetch). */
 #define HYMT_Q8_0_PREFETCH_MIN_TOKENS 16
 
@@ -176,23 +179,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_panel_avx512(const uint8_t *row0, 
 }
 
 /* Prefetch group g + HYMT_Q8_0_PREFETCH_GROUPS of rows [r, r + span) (or, past the last group, of the
- * next span's rows, up to r1) into L1 (to_l2 = 0) or L2. Measured (2048×2048 from DRAM): the small-batch
- * path reads 16 rows side by side, more streams than the hardware prefetchers follow, and gains ~15% at
- * n = 1 (L1); the panel path gains ~5% at n = 64 (L2) but loses at n = 8, where the fetches already
- * overlap its shorter compute. */
+ * next span's rows, up to r1) into L2. Measured (2048×2048 from DRAM): the panel path
+ * gains ~5% at n = 64 (L2) but loses at n = 8, where the fetches already overlap its shorter compute. */
 HYMT_INLINE void hymt_q8_0_prefetch(const uint8_t *w, size_t row_bytes, int64_t r, int64_t span, int64_t r1,
-                                    int64_t g, int64_t groups, const int to_l2) {
+                                    int64_t g, int64_t groups) {
     int64_t pg = g + HYMT_Q8_0_PREFETCH_GROUPS, pr = r;
     if (pg >= groups) pg -= groups, pr += span;
     int64_t end = pr + span < r1 ? pr + span : r1;
     for (int64_t q = pr; q < end; q++) {
         const char *p = (const char *)(w + (size_t)q * row_bytes + (size_t)pg * 8 * HYMT_Q8_0_BYTES);
-        for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) {
-            if (to_l2)
-                _mm_prefetch(p + off, _MM_HINT_T1);
-            else
-                _mm_prefetch(p + off, _MM_HINT_T0);
-        }
+        for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
     }
 }
 
@@ -247,51 +243,87 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const __m512i *W, cons
     }
 }
 
-/* Small batches (TT ≤ HYMT_Q8_0_SMALL tokens): each block of a 16-row panel is transposed in registers
- * and used at once by every token, with no scratch round trip; the float steps are the tile's. */
+/* Small batches (TT ≤ HYMT_Q8_0_SMALL tokens): each block of 16 rows is transposed in registers and used
+ * at once by every token, with no scratch round trip; the float steps are the tile's.
+ * Memory: the 16 lanes are 16 weight streams read side by side. Lanes of consecutive rows (a 2048-column
+ * row is 2176 bytes) make each stream 8 groups long before it jumps to the next panel, and the hardware
+ * prefetchers follow them badly: 0.72-0.76 of the streaming read rate at 2 threads for 2048 columns
+ * against 0.89 for 6144 (size.py). So a range of 16·S rows is read as one super panel whose lane j takes
+ * rows r + jS .. r + jS + S − 1 in S passes: each lane reads S consecutive rows, one contiguous stream of
+ * S·row_bytes (S = 16: 34 KiB at 2048 columns), and lane j of pass i is output row r + jS + i (the values
+ * are per row, so the lane assignment cannot change them). Each block step also prefetches two lanes'
+ * group HYMT_Q8_0_PREFETCH_GROUPS ahead into L1 (along the lane: past a row's end that is the lane's next
+ * row), so the 16 lanes' prefetches are spread over the group's 8 block steps. Measured (size.py, one
+ * matrix shape cycled through 1 GiB, n = 1, ratio to the streaming read rate, 2 threads): 2048×2048
+ * 0.72 → 0.94, 2048 rows × 6144 columns 0.89 → 0.98, 65536×2048 0.76 → 0.99; at 1 thread ≥ 1.0. Parts:
+ * spreading the same prefetches over the block steps alone 0.72 → 0.77 (and 6144 columns 0.87 → 0.93);
+ * S = 16 rows per lane without any software prefetch 0.88; S = 4 (the gate/up product's 64-row calls)
+ * 0.89, S = 8 / 32 / 64 within noise of 16. Tried and not kept: prefetching the next panel linearly
+ * into L2 (spread over the block steps, or a fixed byte distance ahead): 0.70–0.74 and 6144 columns
+ * 0.76–0.79; L2 hints 4–10 groups ahead, as bursts per group (0.66–0.71) or spread (no gain with
+ * S = 16); L1 distance 1 / 3 / 4 groups (−4 % / same / same). */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, size_t row_bytes, int64_t r0,
                                                             int64_t r1, const uint8_t *act, size_t act_stride,
                                                             int64_t groups, float *y, int64_t y_stride,
                                                             const int TT) {
-    const __m512i offsets = hymt_q8_0_row_offsets(row_bytes);
-    for (int64_t r = r0; r < r1; r += 16) {
-        int nr = r1 - r >= 16 ? 16 : (int)(r1 - r);
+    /* the d gather's lane offsets (up to 15·16·row_bytes) must fit int32 for S > 1 */
+    const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t left = r1 - r;
+        const int64_t S = !strided || left < 32 ? 1 : left >= 16 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 16;
+        const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
+        const __m512i offsets = hymt_q8_0_row_offsets(ls);
+        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32((int)S)); /* lane j's output row − pass row */
+        const int nr = left >= 16 ? 16 : (int)left;
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
-        __m512 total[HYMT_Q8_0_SMALL];
+        for (int64_t i = 0; i < S; i++) {
+            const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
+            __m512 total[HYMT_Q8_0_SMALL];
 #pragma GCC unroll 8
-        for (int k = 0; k < TT; k++) total[k] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < groups; g++) {
-            hymt_q8_0_prefetch(w, row_bytes, r, 16, r1, g, groups, 0);
-            __m512 gacc[HYMT_Q8_0_SMALL];
+            for (int k = 0; k < TT; k++) total[k] = _mm512_setzero_ps();
+            for (int64_t g = 0; g < groups; g++) {
+                __m512 gacc[HYMT_Q8_0_SMALL];
 #pragma GCC unroll 8
-            for (int k = 0; k < TT; k++) gacc[k] = _mm512_setzero_ps();
+                for (int k = 0; k < TT; k++) gacc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 1
-            for (int b = 0; b < 8; b++) {
-                __m512i W[8];
-                __m512 D;
-                hymt_q8_0_block_avx512(w + (size_t)r * row_bytes + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, row_bytes,
-                                       nr, offsets, live, W, &D);
+                for (int b = 0; b < 8; b++) {
+                    for (int q = 2 * b; q < 2 * b + 2 && q < nr; q++) {
+                        const char *p = (const char *)(base + (size_t)q * ls +
+                                                       (size_t)(g + HYMT_Q8_0_PREFETCH_GROUPS) * 8 * HYMT_Q8_0_BYTES);
+                        for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+                    }
+                    __m512i W[8];
+                    __m512 D;
+                    hymt_q8_0_block_avx512(base + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, ls, nr, offsets, live, W, &D);
+#pragma GCC unroll 8
+                    for (int k = 0; k < TT; k++) {
+                        const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
+                        __m512i acc = _mm512_set1_epi32(a->bias[b]);
+#pragma GCC unroll 8
+                        for (int j = 0; j < 8; j++) {
+                            int32_t q;
+                            memcpy(&q, a->qs + 32 * b + 4 * j, 4);
+                            acc = _mm512_dpbusd_epi32(acc, W[j], _mm512_set1_epi32(q));
+                        }
+                        gacc[k] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(acc), gacc[k]);
+                    }
+                }
 #pragma GCC unroll 8
                 for (int k = 0; k < TT; k++) {
                     const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
-                    __m512i acc = _mm512_set1_epi32(a->bias[b]);
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++) {
-                        int32_t q;
-                        memcpy(&q, a->qs + 32 * b + 4 * j, 4);
-                        acc = _mm512_dpbusd_epi32(acc, W[j], _mm512_set1_epi32(q));
-                    }
-                    gacc[k] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(acc), gacc[k]);
+                    total[k] = _mm512_fmadd_ps(_mm512_set1_ps(a->s), gacc[k], total[k]);
                 }
             }
 #pragma GCC unroll 8
             for (int k = 0; k < TT; k++) {
-                const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
-                total[k] = _mm512_fmadd_ps(_mm512_set1_ps(a->s), gacc[k], total[k]);
+                if (S > 1)
+                    _mm512_i32scatter_ps(y + k * y_stride + r + i, lanes, total[k], 4);
+                else
+                    _mm512_mask_storeu_ps(y + k * y_stride + r, live, total[k]);
             }
         }
-#pragma GCC unroll 8
-        for (int k = 0; k < TT; k++) _mm512_mask_storeu_ps(y + k * y_stride + r, live, total[k]);
+        r += S > 1 ? 16 * S : nr;
     }
 }
 
@@ -340,7 +372,14 @@ static const hymt_q8_0_tile_fn hymt_q8_0_tiles_avx512[2][HYMT_Q8_0_TILE_TOKENS] 
 
 /* Rows in panels of 32 (16 for a last odd panel); tokens in spans of HYMT_Q8_0_SPAN_TOKENS whose group
  * totals sit in a stack scratch. Per (panel, span, group): the panel's group is transposed once into W/D
- * (L1-resident, 8 KiB + 1 KiB) and run against every token of the span in near-equal register tiles. */
+ * (L1-resident, 8 KiB + 1 KiB) and run against every token of the span in near-equal register tiles.
+ * Memory: as in hymt_q8_0_small_avx512, a range of 32·S rows (S = HYMT_Q8_0_LANE_ROWS, fewer for a short
+ * range; ranges under 64 rows as panels of consecutive rows) is read in S passes whose panels take rows
+ * r + p + jS (vector 0) and r + p + 16S + jS (vector 1), so each of the 32 lanes streams S consecutive
+ * rows, every lane prefetched HYMT_Q8_0_PREFETCH_GROUPS groups ahead into L2. Measured (size.py, one
+ * shape cycled through 1 GiB, n = 8, ratio to the streaming read rate, 2 / 1 threads): 2048×2048
+ * 0.49 / 0.51 → 0.62 / 0.65, 2048 rows × 6144 columns 0.60 / 0.62 → 0.70 / 0.69, 65536×2048 0.52 / 0.53
+ * → 0.66 / 0.65; without the prefetch 0.57–0.64, into L1 instead 0.59–0.65, S = 4 0.60–0.70. */
 HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
@@ -357,24 +396,39 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
     __m512 D[2 * 8];                                                /* [row vector][block] */
     float total[HYMT_Q8_0_SPAN_TOKENS * 2 * 16] __attribute__((aligned(64))); /* [token][row vector][16] */
     const hymt_q8_0_act *a[HYMT_Q8_0_SPAN_TOKENS];                 /* [token] this group's activations */
+    /* the d gather's lane offsets (up to 15·16·row_bytes) must fit int32 for S > 1 */
+    const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
     for (int64_t r = r0; r < r1;) {
         int64_t left = r1 - r;
-        int rv = left > 16 ? 2 : 1;
+        const int64_t S = !strided || left < 64 ? 1 : left >= 32 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 32;
+        int rv = S > 1 || left > 16 ? 2 : 1;
         int nr[2] = {left >= 16 ? 16 : (int)left, left >= 32 ? 16 : (int)(left - 16)};
+        const size_t ls = (size_t)S * row_bytes;
+        const int64_t vrows = 16 * S; /* rows from vector 0's lane 0 to vector 1's */
+        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32((int)S));
+        for (int64_t p = 0; p < S; p++) /* pass p: lane j of vector i is row r + p + vrows·i + jS */
         for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_SPAN_TOKENS) {
             int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
             memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
             for (int64_t g = 0; g < groups; g++) {
-                if (nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
-                    hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups, 1);
+                if (S == 1 && nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
+                    hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
                     if (g == groups - 1) /* the span's output lines, written after this group */
                         for (int k = 0; k < nt; k++)
                             for (int i = 0; i < rv; i++)
                                 _mm_prefetch((const char *)(y + (t0 + k) * y_stride + r + 16 * i), _MM_HINT_T0);
                 }
+                if (S > 1) /* each lane's group HYMT_Q8_0_PREFETCH_GROUPS ahead along the lane, into L2 */
+                    for (int i = 0; i < 2; i++)
+                        for (int q = 0; q < 16; q++) {
+                            const char *pp = (const char *)(w + (size_t)(r + p + vrows * i) * row_bytes + (size_t)q * ls +
+                                                            (size_t)(g + HYMT_Q8_0_PREFETCH_GROUPS) * 8 * HYMT_Q8_0_BYTES);
+                            for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(pp + off, _MM_HINT_T1);
+                        }
                 for (int i = 0; i < rv; i++)
-                    hymt_q8_0_panel_avx512(w + (size_t)(r + 16 * i) * row_bytes, row_bytes, nr[i], g, W + 64 * i,
-                                           D + 8 * i);
+                    hymt_q8_0_panel_avx512(w + (size_t)(r + p + (S > 1 ? vrows : 16) * i) * row_bytes, ls, nr[i], g,
+                                           W + 64 * i, D + 8 * i);
                 for (int k = 0; k < nt; k++)
                     a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;
                 /* the span's tokens in tiles of near-equal size (8 = 4 + 4, not 6 + 2) */
@@ -386,11 +440,16 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
                 }
             }
             for (int k = 0; k < nt; k++)
-                for (int i = 0; i < rv; i++)
-                    _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r + 16 * i, (__mmask16)((1u << nr[i]) - 1),
-                                          _mm512_load_ps(total + 16 * (rv * k + i)));
+                for (int i = 0; i < rv; i++) {
+                    if (S > 1)
+                        _mm512_i32scatter_ps(y + (t0 + k) * y_stride + r + p + vrows * i, lanes,
+                                             _mm512_load_ps(total + 16 * (rv * k + i)), 4);
+                    else
+                        _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r + 16 * i, (__mmask16)((1u << nr[i]) - 1),
+                                              _mm512_load_ps(total + 16 * (rv * k + i)));
+                }
         }
-        r += 16 * rv;
+        r += S > 1 ? 32 * S : 16 * rv;
     }
 }
 
