@@ -601,8 +601,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
         const int64_t S = left >= 16 * HYMT_Q4_K_LANE_ROWS ? HYMT_Q4_K_LANE_ROWS : left >= 32 ? left / 16 : 1;
         const int nr = left >= 16 ? 16 : (int)left;
         const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
-        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32((int)S)); /* lane j's output row − pass row */
+        const __m512i lanes = hymt_lane_rows_avx512(S);
         const __mmask16 keep = (__mmask16)((1u << nr) - 1);
         for (int64_t i = 0; i < S; i++) {
             const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
@@ -616,12 +615,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
                 hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, ls, nr, act + (size_t)b * sizeof(hymt_k8),
                                      act_stride, T, acc);
             }
-            for (int t = 0; t < T; t++) {
-                if (S > 1)
-                    _mm512_i32scatter_ps(y + t * y_stride + r + i, lanes, acc[t], 4);
-                else
-                    _mm512_mask_storeu_ps(y + t * y_stride + r, keep, acc[t]);
-            }
+            for (int t = 0; t < T; t++)
+                hymt_store_lane_rows_avx512(y + t * y_stride + r + i, S, lanes, keep, acc[t]);
         }
         r += S > 1 ? 16 * S : nr;
     }

@@ -273,8 +273,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, siz
         const int64_t S = !strided || left < 32 ? 1 : left >= 16 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 16;
         const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
         const __m512i offsets = hymt_q8_0_row_offsets(ls);
-        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32((int)S)); /* lane j's output row − pass row */
+        const __m512i lanes = hymt_lane_rows_avx512(S);
         const int nr = left >= 16 ? 16 : (int)left;
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         for (int64_t i = 0; i < S; i++) {
@@ -316,12 +315,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, siz
                 }
             }
 #pragma GCC unroll 8
-            for (int k = 0; k < TT; k++) {
-                if (S > 1)
-                    _mm512_i32scatter_ps(y + k * y_stride + r + i, lanes, total[k], 4);
-                else
-                    _mm512_mask_storeu_ps(y + k * y_stride + r, live, total[k]);
-            }
+            for (int k = 0; k < TT; k++)
+                hymt_store_lane_rows_avx512(y + k * y_stride + r + i, S, lanes, live, total[k]);
         }
         r += S > 1 ? 16 * S : nr;
     }
@@ -405,49 +400,47 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
         int nr[2] = {left >= 16 ? 16 : (int)left, left >= 32 ? 16 : (int)(left - 16)};
         const size_t ls = (size_t)S * row_bytes;
         const int64_t vrows = 16 * S; /* rows from vector 0's lane 0 to vector 1's */
-        const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32((int)S));
-        for (int64_t p = 0; p < S; p++) /* pass p: lane j of vector i is row r + p + vrows·i + jS */
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_SPAN_TOKENS) {
-            int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
-            memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
-            for (int64_t g = 0; g < groups; g++) {
-                if (S == 1 && nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
-                    hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
-                    if (g == groups - 1) /* the span's output lines, written after this group */
-                        for (int k = 0; k < nt; k++)
-                            for (int i = 0; i < rv; i++)
-                                _mm_prefetch((const char *)(y + (t0 + k) * y_stride + r + 16 * i), _MM_HINT_T0);
+        const __m512i lanes = hymt_lane_rows_avx512(S);
+        for (int64_t p = 0; p < S; p++) { /* pass p: lane j of vector i is row r + p + vrows·i + jS */
+            for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q8_0_SPAN_TOKENS) {
+                int nt = n - t0 < HYMT_Q8_0_SPAN_TOKENS ? (int)(n - t0) : HYMT_Q8_0_SPAN_TOKENS;
+                memset(total, 0, (size_t)nt * rv * 16 * sizeof(float));
+                for (int64_t g = 0; g < groups; g++) {
+                    if (S == 1 && nt >= HYMT_Q8_0_PREFETCH_MIN_TOKENS) {
+                        hymt_q8_0_prefetch(w, row_bytes, r, 16 * rv, r1, g, groups);
+                        if (g == groups - 1) /* the span's output lines, written after this group */
+                            for (int k = 0; k < nt; k++)
+                                for (int i = 0; i < rv; i++)
+                                    _mm_prefetch((const char *)(y + (t0 + k) * y_stride + r + 16 * i), _MM_HINT_T0);
+                    }
+                    if (S > 1) /* each lane's group HYMT_Q8_0_PREFETCH_GROUPS ahead along the lane, into L2 */
+                        for (int i = 0; i < 2; i++)
+                            for (int q = 0; q < 16; q++) {
+                                const char *pp =
+                                    (const char *)(w + (size_t)(r + p + vrows * i) * row_bytes + (size_t)q * ls +
+                                                   (size_t)(g + HYMT_Q8_0_PREFETCH_GROUPS) * 8 * HYMT_Q8_0_BYTES);
+                                for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64)
+                                    _mm_prefetch(pp + off, _MM_HINT_T1);
+                            }
+                    for (int i = 0; i < rv; i++)
+                        hymt_q8_0_panel_avx512(w + (size_t)(r + p + (S > 1 ? vrows : 16) * i) * row_bytes, ls, nr[i], g,
+                                               W + 64 * i, D + 8 * i);
+                    for (int k = 0; k < nt; k++)
+                        a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;
+                    /* the span's tokens in tiles of near-equal size (8 = 4 + 4, not 6 + 2) */
+                    int tiles = (nt + HYMT_Q8_0_TILE_TOKENS - 1) / HYMT_Q8_0_TILE_TOKENS;
+                    for (int i = 0, k = 0; i < tiles; i++) {
+                        int tt = (nt - k) / (tiles - i);
+                        hymt_q8_0_tiles_avx512[rv - 1][tt - 1](W, D, a + k, total + 16 * rv * k);
+                        k += tt;
+                    }
                 }
-                if (S > 1) /* each lane's group HYMT_Q8_0_PREFETCH_GROUPS ahead along the lane, into L2 */
-                    for (int i = 0; i < 2; i++)
-                        for (int q = 0; q < 16; q++) {
-                            const char *pp = (const char *)(w + (size_t)(r + p + vrows * i) * row_bytes + (size_t)q * ls +
-                                                            (size_t)(g + HYMT_Q8_0_PREFETCH_GROUPS) * 8 * HYMT_Q8_0_BYTES);
-                            for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) _mm_prefetch(pp + off, _MM_HINT_T1);
-                        }
-                for (int i = 0; i < rv; i++)
-                    hymt_q8_0_panel_avx512(w + (size_t)(r + p + (S > 1 ? vrows : 16) * i) * row_bytes, ls, nr[i], g,
-                                           W + 64 * i, D + 8 * i);
                 for (int k = 0; k < nt; k++)
-                    a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;
-                /* the span's tokens in tiles of near-equal size (8 = 4 + 4, not 6 + 2) */
-                int tiles = (nt + HYMT_Q8_0_TILE_TOKENS - 1) / HYMT_Q8_0_TILE_TOKENS;
-                for (int i = 0, k = 0; i < tiles; i++) {
-                    int tt = (nt - k) / (tiles - i);
-                    hymt_q8_0_tiles_avx512[rv - 1][tt - 1](W, D, a + k, total + 16 * rv * k);
-                    k += tt;
-                }
+                    for (int i = 0; i < rv; i++) /* with S = 1: vrows = 16, p = 0 */
+                        hymt_store_lane_rows_avx512(y + (t0 + k) * y_stride + r + p + vrows * i, S, lanes,
+                                                    (__mmask16)((1u << nr[i]) - 1),
+                                                    _mm512_load_ps(total + 16 * (rv * k + i)));
             }
-            for (int k = 0; k < nt; k++)
-                for (int i = 0; i < rv; i++) {
-                    if (S > 1)
-                        _mm512_i32scatter_ps(y + (t0 + k) * y_stride + r + p + vrows * i, lanes,
-                                             _mm512_load_ps(total + 16 * (rv * k + i)), 4);
-                    else
-                        _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r + 16 * i, (__mmask16)((1u << nr[i]) - 1),
-                                              _mm512_load_ps(total + 16 * (rv * k + i)));
-                }
         }
         r += S > 1 ? 32 * S : 16 * rv;
     }

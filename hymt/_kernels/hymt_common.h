@@ -145,6 +145,26 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_transpose16_epi32(const __m512i *r, __m
     }
 }
 
+/* Super panels of the few-token kernels (fmt_q8_0.h, fmt_q4_k.h): a range of 16·S rows is read in S passes,
+ * lane j of pass i computing row r + jS + i, so that each lane streams S consecutive rows. 16 lanes of
+ * consecutive rows are 16 short streams (a 2048-column row is a few KiB) that the hardware prefetchers
+ * follow badly; one long stream per lane they follow. The values are per row, so the lane order cannot
+ * change them. Lane j's output row, counted from the pass's first row: j·S. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_lane_rows_avx512(int64_t S) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)S));
+}
+
+/* A pass's 16 row values v into y (the pass's first output row): lane j to row j·S when S > 1 (lanes from
+ * hymt_lane_rows_avx512), else lanes 0.. to consecutive rows, those of mask live. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_store_lane_rows_avx512(float *y, int64_t S, __m512i lanes, __mmask16 live,
+                                                                __m512 v) {
+    if (S > 1)
+        _mm512_i32scatter_ps(y, lanes, v, 4);
+    else
+        _mm512_mask_storeu_ps(y, live, v);
+}
+
 #endif
 
 typedef void (*hymt_gemm_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
