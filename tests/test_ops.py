@@ -478,3 +478,42 @@ def test_layer_attention_with_ffn_equals_two_calls():
         layer.attention(hidden.copy(), delta.copy(), *(np.empty((n, c), np.float32) for c in (h, H * D, K * D,
                         K * D, H * D)), positions, bounds, [keys.copy()], [values.copy()], 1,
                         np.empty((n, F + 1), np.float32))  # fmt: skip
+
+
+def test_run_layers_equals_one_call_per_layer():
+    """ops.run_layers runs a stack of blocks in one call without the GIL: the same bits as Layer.attention
+    block by block, for several sessions, and every argument checked before anything runs."""
+    h, H, K, D, F = 64, 4, 2, 16, 96
+    layers = [_dense_layer(h, H, K, D, F)[0] for _ in range(3)]
+    sessions = [(7, 1), (20, 1), (3, 1)]  # (cached positions, new tokens): a decode step of three sessions
+    n = len(sessions)
+    caches = [[(rand(32, K * D), rand(32, K * D)) for _ in sessions] for _ in layers]  # [layer][session]
+    hidden, delta = rand(n, h), rand(n, h)
+    positions = np.array([p for p, _ in sessions], np.int64)
+    bounds = np.arange(n + 1, dtype=np.int64)
+    results = []
+    for stacked in (False, True):
+        hid, dl = hidden.copy(), delta.copy()
+        keys = [[k.copy() for k, _ in layer] for layer in caches]
+        values = [[v.copy() for _, v in layer] for layer in caches]
+        x, q, k, v, att, ffn = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D, F))
+        if stacked:
+            ops.run_layers(layers, hid, dl, x, q, k, v, att, positions, bounds, keys, values, 2, ffn)
+        else:
+            for i, layer in enumerate(layers):
+                layer.attention(hid, dl, x, q, k, v, att, positions, bounds, keys[i], values[i], 2, ffn)
+        results.append((hid, dl, keys, values))
+    for a, b in zip(results[0][:2], results[1][:2], strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(results[0][2] + results[0][3], results[1][2] + results[1][3], strict=True):
+        for x_, y_ in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x_, y_)
+    bufs = [np.empty((n, c), np.float32) for c in (h, h, h, H * D, K * D, K * D, H * D)]
+    keys = [[k for k, _ in layer] for layer in caches]
+    values = [[v for _, v in layer] for layer in caches]
+    with pytest.raises(KernelError, match="one key and one value cache list per layer"):
+        ops.run_layers(layers, *bufs, positions, bounds, keys[:2], values[:2])
+    with pytest.raises(KernelError, match="invalid segments"):
+        ops.run_layers(layers, *bufs, positions, bounds, keys[:2] + [keys[2][:2]], values)
+    with pytest.raises(TypeError):
+        ops.run_layers(layers[:2] + [object()], *bufs, positions, bounds, keys, values)
