@@ -11,7 +11,7 @@
  * Float part, fixed for every ISA: y[t, r] = Σ_b Σ_h (d_b × s_t,2b+h) × f32(isum_t,r,b,h), added in
  * (b, h) order from 0.0f (no fma).
  *
- * AVX-512, n < Q2C_BATCH_MIN: the code bytes of 16 rows are transposed per half (lane = row; up to 4
+ * AVX-512, n < Q2C_BATCH_MIN: the code bytes of 16 rows are transposed per half (lane = row; up to 5
  * tokens lane j reads rows r + jS .. r + jS + S − 1 of a super panel, see Q2C_LANE_ROWS), one
  * AND per plane (scaled planes, one accumulator each), one vpdpbusd with a broadcast activation dword
  * per 4 weights × 16 rows × token; no horizontal sums. AVX-512, n ≥ Q2C_BATCH_MIN: the same
@@ -176,7 +176,7 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * here read them twice) and the first tiles of a call's rows are prefetched on entry (nothing ran ahead
  * of them). Measured, 2048×2048 from DRAM at 2 threads, n = 1: 17.4 → 23.1 GB/s (4 tiles ahead,
  * unclamped → 2, clamped, with the entry prefetch); 1 or 3 tiles: 22.2–22.6; _MM_HINT_T0: 21.1.
- * (That is the S = 1 path: 5..8 tokens, or rows too far apart for the gather offsets.)
+ * (That is the S = 1 path: 6..8 tokens, or rows too far apart for the gather offsets.)
  * Each half-block step prefetches its 16–17 lines (1040 bytes) one per line, each line once, one in each
  * of the 16 iterations of the step's j loop (the compute runs between them) and the rest after it. The
  * position of the prefetches in the step matters as much as the distance (same lines, layer cycle from
@@ -200,8 +200,9 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * bytes 0.80 / 0.98 / 0.96 / 1.01 (1 thread 0.90 → 1.00 for 2048×2048); S = 16: 0.78 / 0.85 / 0.89 /
  * 0.87 (lanes of 8 KB); S = 32 0.80 / 0.91 / 0.89 / 0.95; distance 128 −15 to −20 %, 256 −2 to −8 %,
  * 1024 and 2048 −10 to −25 %; _MM_HINT_T1 same as T0. kernelbench n = 1..4, 2 threads: 80 / 92 / 103 /
- * 118 → 70 / 74 / 87 / 116 µs; 5..8 tokens keep S = 1 (q2c_lanes8_tile, not measured). */
-#define Q2C_LANE_TOKENS 4
+ * 118 → 70 / 74 / 87 / 116 µs; n = 5 (q2c_lanes8_tile) 142 → 126; n = 6, 7 are compute-bound (same or
+ * up to −9 % with super panels): they keep S = 1. */
+#define Q2C_LANE_TOKENS 5
 #define Q2C_LANE_ROWS 64
 #define Q2C_LANE_PREFETCH 512
 
@@ -290,7 +291,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
  * (masks 0x0c: 4 · code) in the other, combined per half as acc_1 + acc_4 / 4. */
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t row_bytes, int rows, int64_t nb,
                                                     __m512i row_offsets, const hymt_q8g *g0, size_t ts, float *y,
-                                                    int64_t y_stride, const uint8_t *pf_end, const int T) {
+                                                    int64_t y_stride, const uint8_t *pf_end, int64_t S,
+                                                    __m512i lanes, const int T) {
     const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c);
     __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
     const uint8_t *pf = wt + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes;
@@ -304,11 +306,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
             q2c_half_codes(wt, row_bytes, rows, b, h, c);
             const hymt_lines pl = hymt_step_lines(pf, pf + pf_step, pf_end); /* 16 or 17 lines */
             pf += pf_step;
+            const uint8_t *lpf = wt + b * Q2C_BYTES + 64 * h + Q2C_LANE_PREFETCH; /* S > 1: lane 0's */
             __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 2") for (int j = 0; j < 16; j++) {
-                hymt_prefetch_line(pl, j);
+                if (S > 1)
+                    _mm_prefetch((const char *)(lpf + j * row_bytes), _MM_HINT_T0);
+                else
+                    hymt_prefetch_line(pl, j);
                 __m512i hi = _mm512_srli_epi16(c[j], 4);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(hi, m0), p3 = _mm512_and_si512(hi, m1);
@@ -320,14 +326,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
                     acc4[t] = _mm512_dpbusd_epi32(acc4[t], p3, q2c_bcast4(q + 192));
                 }
             }
-            hymt_prefetch_rest(pl);
+            if (S == 1) hymt_prefetch_rest(pl);
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
                 facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
 }
 
 HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
@@ -357,10 +363,10 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
                 const hymt_q8g *g0 = (const hymt_q8g *)(act + t0 * act_stride);
                 float *yt = y + t0 * y_stride + r + i;
                 switch (tt) {
-                case 8: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 8); break;
-                case 7: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 7); break;
-                case 6: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 6); break;
-                case 5: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 5); break;
+                case 8: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 8); break;
+                case 7: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 7); break;
+                case 6: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 6); break;
+                case 5: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 5); break;
                 case 4: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 4); break;
                 case 3: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 3); break;
                 case 2: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 2); break;
