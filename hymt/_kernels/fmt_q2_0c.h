@@ -11,7 +11,8 @@
  * Float part, fixed for every ISA: y[t, r] = Σ_b Σ_h (d_b × s_t,2b+h) × f32(isum_t,r,b,h), added in
  * (b, h) order from 0.0f (no fma).
  *
- * AVX-512, n < Q2C_BATCH_MIN: the code bytes of 16 rows are transposed per half (lane = row), one
+ * AVX-512, n < Q2C_BATCH_MIN: the code bytes of 16 rows are transposed per half (lane = row; up to 5
+ * tokens lane j reads rows r + jS .. r + jS + S − 1 of a super panel, see Q2C_LANE_ROWS), one
  * AND per plane (scaled planes, one accumulator each), one vpdpbusd with a broadcast activation dword
  * per 4 weights × 16 rows × token; no horizontal sums. AVX-512, n ≥ Q2C_BATCH_MIN: the same
  * transposed planes buffered per 32-row tile and chunk, one vpdpbusd per 4 weights × 16 rows
@@ -175,6 +176,7 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * here read them twice) and the first tiles of a call's rows are prefetched on entry (nothing ran ahead
  * of them). Measured, 2048×2048 from DRAM at 2 threads, n = 1: 17.4 → 23.1 GB/s (4 tiles ahead,
  * unclamped → 2, clamped, with the entry prefetch); 1 or 3 tiles: 22.2–22.6; _MM_HINT_T0: 21.1.
+ * (That is the S = 1 path: 6..8 tokens, or rows too far apart for the gather offsets.)
  * Each half-block step prefetches its 16–17 lines (1040 bytes) one per line, each line once, one in each
  * of the 16 iterations of the step's j loop (the compute runs between them) and the rest after it. The
  * position of the prefetches in the step matters as much as the distance (same lines, layer cycle from
@@ -187,6 +189,22 @@ static void hymt_gemm_q2_0c_scalar(const uint8_t *w, size_t row_bytes, int64_t r
  * a whole tile in one burst −25 %, T0 of the next step's 16 rows −10 %, a T0 run-ahead 2–4 KB besides
  * −17 to −25 % (8 KB: same); not stopping at the call's end +2 % at one thread, −2 % at two. */
 #define Q2C_PREFETCH_TILES 2
+/* Super panels (q2c_gemm_lanes, up to Q2C_LANE_TOKENS tokens): 16 side-by-side rows are 16 short
+ * streams (a 2048-column row is 520 bytes) that the hardware prefetchers follow badly, so a range of
+ * 16·S rows (S = Q2C_LANE_ROWS, fewer for a short range) is read in S passes, lane j of pass i computing
+ * row r + jS + i: each lane streams S consecutive rows (S = 64: 33 KB at 2048 columns) and its result is
+ * scattered to its row (values are per row: bit-identical). In iteration j of each half-block step lane
+ * j's line Q2C_LANE_PREFETCH bytes ahead along the lane is prefetched into L1. Measured (size.py, one
+ * shape cycled through 1 GiB, n = 1, ratio to the read rate, 2 threads, 2048×2048 / 12288×2048 /
+ * 2048×6144 / 131072×2048): linear tile prefetch (S = 1) 0.69 / 0.85 / 0.76 / 0.92; S = 64 with 512
+ * bytes 0.80 / 0.98 / 0.96 / 1.01 (1 thread 0.90 → 1.00 for 2048×2048); S = 16: 0.78 / 0.85 / 0.89 /
+ * 0.87 (lanes of 8 KB); S = 32 0.80 / 0.91 / 0.89 / 0.95; distance 128 −15 to −20 %, 256 −2 to −8 %,
+ * 1024 and 2048 −10 to −25 %; _MM_HINT_T1 same as T0. kernelbench n = 1..4, 2 threads: 80 / 92 / 103 /
+ * 118 → 70 / 74 / 87 / 116 µs; n = 5 (q2c_lanes8_tile) 142 → 126; n = 6, 7 are compute-bound (same or
+ * up to −9 % with super panels): they keep S = 1. */
+#define Q2C_LANE_TOKENS 5
+#define Q2C_LANE_ROWS 64
+#define Q2C_LANE_PREFETCH 512
 
 /* The 4 int8 activations at q in every dword lane. */
 HYMT_TARGET_AVX512 HYMT_INLINE __m512i q2c_bcast4(const int8_t *q) {
@@ -221,7 +239,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512 q2c_half_epilogue(__m512 facc, __m512i s, 
  * (acc_p is a multiple of 4^p) and the float epilogue runs once per 16 rows: no horizontal sums. */
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row_bytes, int rows, int64_t nb,
                                                    __m512i row_offsets, const hymt_q8g *g0, size_t ts, float *y,
-                                                   int64_t y_stride, const uint8_t *pf_end, const int T) {
+                                                   int64_t y_stride, const uint8_t *pf_end, int64_t S,
+                                                   __m512i lanes, const int T) {
     const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c), m2 = _mm512_set1_epi8(0x30),
                   m3 = _mm512_set1_epi8((char)0xc0);
     __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
@@ -236,12 +255,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
             q2c_half_codes(wt, row_bytes, rows, b, h, c);
             const hymt_lines pl = hymt_step_lines(pf, pf + pf_step, pf_end); /* 16 or 17 lines */
             pf += pf_step;
+            const uint8_t *lpf = wt + b * Q2C_BYTES + 64 * h + Q2C_LANE_PREFETCH; /* S > 1: lane 0's */
             __m512i acc[4][4]; /* [token][plane] */
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] =
                 _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
-                hymt_prefetch_line(pl, j);
+                if (S > 1)
+                    _mm_prefetch((const char *)(lpf + j * row_bytes), _MM_HINT_T0);
+                else
+                    hymt_prefetch_line(pl, j);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(c[j], m2), p3 = _mm512_and_si512(c[j], m3);
                 _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
@@ -252,7 +275,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
                     acc[t][3] = _mm512_dpbusd_epi32(acc[t][3], p3, q2c_bcast4(q + 192));
                 }
             }
-            hymt_prefetch_rest(pl);
+            if (S == 1) hymt_prefetch_rest(pl);
             _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc[t][1], 2)),
                                              _mm512_add_epi32(_mm512_srai_epi32(acc[t][2], 4), _mm512_srai_epi32(acc[t][3], 6)));
@@ -260,7 +283,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
 }
 
 /* 5..8 tokens: four accumulators per token do not fit the registers, so planes pair up by scale:
@@ -268,7 +291,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
  * (masks 0x0c: 4 · code) in the other, combined per half as acc_1 + acc_4 / 4. */
 HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t row_bytes, int rows, int64_t nb,
                                                     __m512i row_offsets, const hymt_q8g *g0, size_t ts, float *y,
-                                                    int64_t y_stride, const uint8_t *pf_end, const int T) {
+                                                    int64_t y_stride, const uint8_t *pf_end, int64_t S,
+                                                    __m512i lanes, const int T) {
     const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c);
     __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);
     const uint8_t *pf = wt + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes;
@@ -282,11 +306,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
             q2c_half_codes(wt, row_bytes, rows, b, h, c);
             const hymt_lines pl = hymt_step_lines(pf, pf + pf_step, pf_end); /* 16 or 17 lines */
             pf += pf_step;
+            const uint8_t *lpf = wt + b * Q2C_BYTES + 64 * h + Q2C_LANE_PREFETCH; /* S > 1: lane 0's */
             __m512i acc1[8], acc4[8]; /* [token]: planes 0, 2 (unit scale); planes 1, 3 (scale 4) */
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc1[t] = acc4[t] = _mm512_setzero_si512();
             const hymt_q8g *g = g0 + 2 * b + h;
             _Pragma("GCC unroll 2") for (int j = 0; j < 16; j++) {
-                hymt_prefetch_line(pl, j);
+                if (S > 1)
+                    _mm_prefetch((const char *)(lpf + j * row_bytes), _MM_HINT_T0);
+                else
+                    hymt_prefetch_line(pl, j);
                 __m512i hi = _mm512_srli_epi16(c[j], 4);
                 __m512i p0 = _mm512_and_si512(c[j], m0), p1 = _mm512_and_si512(c[j], m1),
                         p2 = _mm512_and_si512(hi, m0), p3 = _mm512_and_si512(hi, m1);
@@ -298,46 +326,56 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
                     acc4[t] = _mm512_dpbusd_epi32(acc4[t], p3, q2c_bcast4(q + 192));
                 }
             }
-            hymt_prefetch_rest(pl);
+            if (S == 1) hymt_prefetch_rest(pl);
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_add_epi32(acc1[t], _mm512_srai_epi32(acc4[t], 2));
                 facc[t] = q2c_half_epilogue(facc[t], s, d, g + t * ts);
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * y_stride, row_mask, facc[t]);
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
 }
 
 HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                               const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                               float *y, int64_t y_stride) {
     int64_t nb = cols / Q2C_BLOCK;
-    __m512i row_offsets = hymt_row_offsets(row_bytes);
     size_t ts = act_stride / sizeof(hymt_q8g); /* groups between tokens */
     const uint8_t *pf_end = w + r1 * row_bytes;
-    const uint8_t *start = w + r0 * row_bytes; /* the tiles the first steps' prefetches skipped */
-    hymt_lines first = hymt_step_lines(start, start + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes, pf_end);
-    first.lo = (const uint8_t *)((uintptr_t)start & ~(uintptr_t)63); /* with the line start is in */
-    for (const uint8_t *p = first.lo; p < first.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
-    for (int64_t r = r0; r < r1; r += 16) {
-        int rows = (int)(r1 - r < 16 ? r1 - r : 16);
-        const uint8_t *wt = w + r * row_bytes;
-        for (int64_t t0 = 0; t0 < n;) {
-            int tt = (int)(n - t0 < 8 ? n - t0 : 8);
-            const hymt_q8g *g0 = (const hymt_q8g *)(act + t0 * act_stride);
-            float *yt = y + t0 * y_stride + r;
-            switch (tt) {
-            case 8: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 8); break;
-            case 7: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 7); break;
-            case 6: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 6); break;
-            case 5: q2c_lanes8_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 5); break;
-            case 4: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 4); break;
-            case 3: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 3); break;
-            case 2: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 2); break;
-            default: q2c_lanes_tile(wt, row_bytes, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, 1); break;
+    /* the scale gather's lane offsets (up to 15·S·row_bytes) must fit int32 for S > 1 */
+    const int strided = n <= Q2C_LANE_TOKENS && (size_t)15 * Q2C_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
+    if (!strided) {
+        const uint8_t *start = w + r0 * row_bytes; /* the tiles the first steps' prefetches skipped */
+        hymt_lines first = hymt_step_lines(start, start + (size_t)Q2C_PREFETCH_TILES * 16 * row_bytes, pf_end);
+        first.lo = (const uint8_t *)((uintptr_t)start & ~(uintptr_t)63); /* with the line start is in */
+        for (const uint8_t *p = first.lo; p < first.hi; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+    }
+    for (int64_t r = r0; r < r1;) {
+        const int64_t left = r1 - r;
+        const int64_t S = !strided || left < 32 ? 1 : left >= 16 * Q2C_LANE_ROWS ? Q2C_LANE_ROWS : left / 16;
+        const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
+        const __m512i row_offsets = hymt_row_offsets(ls), lanes = hymt_lane_rows_avx512(S);
+        int rows = (int)(left < 16 ? left : 16);
+        for (int64_t i = 0; i < S; i++) {
+            const uint8_t *wt = w + (r + i) * row_bytes; /* lane 0's row of this pass */
+            for (int64_t t0 = 0; t0 < n;) {
+                int tt = (int)(n - t0 < 8 ? n - t0 : 8);
+                const hymt_q8g *g0 = (const hymt_q8g *)(act + t0 * act_stride);
+                float *yt = y + t0 * y_stride + r + i;
+                switch (tt) {
+                case 8: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 8); break;
+                case 7: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 7); break;
+                case 6: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 6); break;
+                case 5: q2c_lanes8_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 5); break;
+                case 4: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 4); break;
+                case 3: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 3); break;
+                case 2: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 2); break;
+                default: q2c_lanes_tile(wt, ls, rows, nb, row_offsets, g0, ts, yt, y_stride, pf_end, S, lanes, 1); break;
+                }
+                t0 += tt;
             }
-            t0 += tt;
         }
+        r += S > 1 ? 16 * S : rows;
     }
 }
 
