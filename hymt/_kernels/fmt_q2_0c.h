@@ -283,7 +283,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes_tile(const uint8_t *wt, size_t row
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
+        hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
 }
 
 /* 5..8 tokens: four accumulators per token do not fit the registers, so planes pair up by scale:
@@ -333,7 +334,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE void q2c_lanes8_tile(const uint8_t *wt, size_t ro
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+        hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, row_mask, facc[t]);
 }
 
 HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
