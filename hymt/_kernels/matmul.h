@@ -14,11 +14,12 @@
  * Up to HYMT_OVERLAP_TOKENS tokens (decode) there is no barrier between the two: the (layout, token)
  * items and then the chunks are taken from atomic counters, and a thread that finds no item left waits
  * only until the items others took are done. Why: a worker that slept since the last region
- * (GOMP_SPINCOUNT, set in hymt/__init__.py, is a few µs; the Python between two layers is longer) takes
+ * (GOMP_SPINCOUNT, set in hymt/__init__.py, is a few µs; Python between two calls is longer) takes
  * tens of µs to wake on this VM. The calling thread enters the region at once; with a barrier it
  * waited for the sleeper, now it prepares the activations and streams chunks alone until the worker
- * joins. This pays only in the first product after the gap (a layer's qkv: the worker arrived 25-45 µs
- * late there, 1-3 µs in the others). Synthetic 1.8B decode, 2 threads, old and new alternated in one
+ * joins. This pays only in the first product after such a gap: measured when every layer returned to
+ * Python (a layer's qkv: the worker arrived 25-45 µs late there, 1-3 µs in the others); a dense decode
+ * step now runs all its layers in one call (ops.run_layers), so the gaps left are between steps. Synthetic 1.8B decode, 2 threads, old and new alternated in one
  * process, µs per layer's qkv (medians): 1.25Bit 1 session 67.5 → 62.3, 4 sessions 127.2 → 112.8
  * (the wake-up is slower when the machine is busier); Q4_K within noise; o, gate/up, down and the whole
  * step unchanged. (A longer GOMP_SPINCOUNT removes the sleep itself — 30000: 1.25Bit step −5 % idle —
