@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,19 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ServerError(f"invalid port in listen address {value!r}")
     return str(address), int(port_text)
+
+
+def check_listen(host: str, port: int) -> None:
+    """Fail at once, before a model is downloaded or loaded, when the address cannot be bound: gunicorn
+    itself would retry five times a second apart and end without an `error:` line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
 
 def build_parser() -> ArgumentParser:
@@ -181,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     host, port = parse_listen(args.listen)
+    check_listen(host, port)
     if args.threads is None:
         from hymt.kernels import usable_physical_cores
 

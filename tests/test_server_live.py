@@ -411,6 +411,19 @@ def test_shutdown_with_a_stalled_stream(tiny_path: Path, signum: int) -> None:
         live.stop()
 
 
+def test_port_in_use_is_one_clear_error(tiny_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path), "--threads", "1"]
+        result = run_program([*command, "--listen", f"127.0.0.1:{port}"])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "Connection in use" not in result.stderr  # gunicorn's five retries, one second apart
+    assert "Traceback" not in result.stderr
+
+
 def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
     command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path), "--ctx-size", "99999"]
     command += ["--listen", "127.0.0.1:0"]
