@@ -36,6 +36,7 @@ log = logging.getLogger("hymt.serve")
 # cancels at the timeout and cuts stuck connections a second later, so this is only a last resort.
 GUNICORN_GRACE_MARGIN = 4
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+PIPE_MESSAGE_BYTES = 4096  # one write of at most PIPE_BUF bytes reaches the master whole
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -124,10 +125,20 @@ class HymtWorker(ThreadWorker):
     def handle_exit(self, sig: int, frame: Any) -> None:
         first = self.alive
         super().handle_exit(sig, frame)
+        if first and hasattr(self, "method_queue"):
+            self.method_queue.defer(self._stop_listening)
         app = getattr(self, "wsgi", None)
         state = getattr(app, "extensions", {}).get("hymt") if app is not None else None
         if first and state is not None:
             state.begin_shutdown()
+
+    def _stop_listening(self) -> None:
+        """Close the listening sockets as the drain starts (on the worker's main loop). gunicorn ≥ 24 keeps
+        them open until the last request ends, so during the whole graceful timeout new clients were
+        accepted by the kernel and then left hanging instead of being refused."""
+        self.set_accept_enabled(False)
+        for listener in self.sockets:
+            listener.close()
 
 
 class _Application(BaseApplication):
@@ -148,8 +159,9 @@ class _Application(BaseApplication):
         _Arbiter(self).run()
 
 
-def _load_app(config: ServerConfig, path: str, profile: str) -> Any:
-    """Runs in the worker: load the model, build the app, log `model ready` (§9.11)."""
+def _load_app(config: ServerConfig, path: str, profile: str, error_fd: int) -> Any:
+    """Runs in the worker: load the model, build the app, log `model ready` (§9.11). A failure's message
+    goes to the master through ``error_fd``; the master prints it after gunicorn's own shutdown lines."""
     from hymt import kernels, load
     from hymt.server import create_app
 
@@ -158,11 +170,12 @@ def _load_app(config: ServerConfig, path: str, profile: str) -> Any:
         model = load(path, profile, threads=config.threads)
         load_ms = (time.perf_counter() - started) * 1000.0
         app = create_app(config, model=model)
-    except HymtError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(Arbiter.WORKER_BOOT_ERROR)
-    except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or path}", file=sys.stderr, flush=True)
+    except (HymtError, OSError) as exc:
+        if isinstance(exc, HymtError):
+            message = str(exc)
+        else:
+            message = f"{exc.strerror or exc}: {exc.filename or path}"
+        os.write(error_fd, message.encode("utf-8", "replace")[:PIPE_MESSAGE_BYTES])
         sys.exit(Arbiter.WORKER_BOOT_ERROR)
     log.info(
         "model ready architecture=%s profile=%s weight_file_bytes=%d max_kv_bytes=%d context=%d "
@@ -213,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     config.validate()
     path, profile = resolve_model(args.model, args.gguf_profile)
+    if path.is_dir():
+        raise ServerError(f"model path is a directory: {path}")
     if not path.is_file():
         raise ServerError(f"model file not found: {path}")
     config.model_path, config.profile = str(path), profile
@@ -236,14 +251,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "post_worker_init": _log_listening,
     }
     master = os.getpid()
+    error_read, error_write = os.pipe()  # the worker's start-up error, if it has one
     try:
-        _Application(options, lambda: _load_app(config, str(path), profile)).run()
+        _Application(options, lambda: _load_app(config, str(path), profile, error_write)).run()
     except SystemExit as exc:
         if os.getpid() != master:
             raise  # the forked worker leaving: its exit code tells the master why
         code = exc.code if isinstance(exc.code, int) else 1
-        # The worker printed `error: …` when the model failed to load.
-        return 1 if code in (Arbiter.WORKER_BOOT_ERROR, Arbiter.APP_LOAD_ERROR) else code
+        if code in (Arbiter.WORKER_BOOT_ERROR, Arbiter.APP_LOAD_ERROR):
+            os.close(error_write)  # every worker has exited, so the read below ends
+            with os.fdopen(error_read, "rb") as pipe:
+                message = pipe.read().decode("utf-8", "replace")
+            raise ServerError(message or "the server worker failed to start (see the log above)") from None
+        return code
     return 0
 
 

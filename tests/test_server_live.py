@@ -411,6 +411,38 @@ def test_shutdown_with_a_stalled_stream(tiny_path: Path, signum: int) -> None:
         live.stop()
 
 
+def test_draining_server_refuses_new_connections(tiny_path: Path) -> None:
+    """After SIGTERM the listening socket is closed at once: a new client is refused, instead of being
+    accepted into the backlog and left hanging until the drain ends (up to --graceful-timeout)."""
+    live = LiveServer(
+        tiny_path, "--threads", "1", "--max-concurrent-requests", "1", "--queue-capacity", "0",
+        "--graceful-timeout", "20",
+    )  # fmt: skip
+    stalled = StalledStream(live)
+    try:
+        stalled.wait_started()
+        live.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        refused = False
+        while not refused and time.monotonic() < deadline and live.process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", live.port), timeout=5) as client:
+                    client.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                    client.settimeout(0.5)
+                    try:
+                        client.recv(4096)
+                    except TimeoutError:
+                        pass  # accepted by the kernel, served by nobody: the hang this test is about
+            except ConnectionRefusedError:
+                refused = True
+            time.sleep(0.1)
+        assert refused, "new connections were still accepted while draining"
+        assert live.process.poll() is None  # the stalled stream keeps the drain going meanwhile
+    finally:
+        stalled.close()
+        live.stop()
+
+
 def test_port_in_use_is_one_clear_error(tiny_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -429,12 +461,21 @@ def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
     command += ["--listen", "127.0.0.1:0"]
     result = run_program(command)
     assert result.returncode == 1
-    assert "error: context must be between 1 and 4096" in result.stderr
+    # The worker's error is the last thing the user reads, not followed by gunicorn's shutdown lines.
+    assert result.stderr.strip().splitlines()[-1] == "error: context must be between 1 and 4096"
     assert "Traceback" not in result.stderr
     result = run_program(
         [sys.executable, "-P", "-c", PROGRAM, "--model", str(tiny_path.parent / "missing.gguf")]
     )
     assert result.returncode == 1 and "error: " in result.stderr and "Traceback" not in result.stderr
+    not_gguf = tiny_path.parent / "not-a-model.gguf"
+    not_gguf.write_bytes(b"this is not a GGUF file at all")
+    for path, message in [(not_gguf, "not a GGUF file"), (tiny_path.parent, "model path is a directory")]:
+        command = [sys.executable, "-P", "-c", PROGRAM, "--model", str(path), "--listen", "127.0.0.1:0"]
+        result = run_program(command)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), result.stderr
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
