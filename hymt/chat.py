@@ -614,7 +614,9 @@ def flatten_content(content: Any) -> str:
 
 
 def _check_messages(messages: Any) -> list[dict[str, str]]:
-    if not isinstance(messages, (list, tuple)) or not messages:
+    if not isinstance(messages, (list, tuple)):
+        raise TemplateError('messages must be a list of {"role": ..., "content": ...} objects')
+    if not messages:
         raise TemplateError("messages must not be empty")
     flat = []
     for index, message in enumerate(messages):

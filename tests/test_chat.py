@@ -73,6 +73,11 @@ def test_message_prechecks():
     late_system = [*USER, {"role": "system", "content": "s"}]
     with pytest.raises(TemplateError, match="^system message must be first$"):
         render("x", late_system, bos_token="", eos_token="")
+    # A library user passing a prompt string (or one message dict) is told what to pass instead of being
+    # told that the messages are empty.
+    for not_a_list in ("Translate: hello", {"role": "user", "content": "hi"}, None):
+        with pytest.raises(TemplateError, match="^messages must be a list of"):
+            render("x", not_a_list, bos_token="", eos_token="")
 
 
 def test_raise_exception_surfaces_its_message():
