@@ -206,6 +206,11 @@ def download_file(
     dest = Path(dest)
     part = dest.with_name(dest.name + ".part")
     expected = sha256.lower()
+    # Checked first: a folder in the file's place would only fail at the final rename, after the download.
+    if dest.parent.exists() and not dest.parent.is_dir():
+        raise DownloadError(f"download folder {dest.parent} is not a directory")
+    if dest.is_dir():
+        raise DownloadError(f"{dest} is a directory, not a model file; move it away or choose another --dir")
     dest.parent.mkdir(parents=True, exist_ok=True)
 
     if force:

@@ -333,6 +333,19 @@ def test_force_discards_file_and_part(server, tmp_path):
     assert dest.read_bytes() == PAYLOAD
 
 
+def test_destination_that_is_a_directory_fails_before_any_request(server, tmp_path):
+    """A folder where the model file should go would only fail at the final rename, after the whole
+    download; a --dir that is a file failed with a bare 'File exists'."""
+    base, behaviour = server
+    (tmp_path / "model.gguf").mkdir()
+    with pytest.raises(DownloadError, match=r"^.*model\.gguf is a directory, not a model file"):
+        fetch(base, tmp_path / "model.gguf")
+    (tmp_path / "not-a-dir").write_bytes(b"x")
+    with pytest.raises(DownloadError, match=r"^download folder .*not-a-dir is not a directory"):
+        fetch(base, tmp_path / "not-a-dir" / "model.gguf")
+    assert behaviour.requests == []
+
+
 def test_not_enough_disk_space(server, tmp_path, monkeypatch):
     base, _ = server
 
