@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import math
 import os
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
@@ -115,8 +117,26 @@ class _Arbiter(Arbiter):
         raise StopIteration
 
 
+def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
+    """gunicorn's answer to a request it cannot parse (bad request line or header, URI too long), in the
+    API's JSON error shape instead of gunicorn's HTML page; replaces ``gunicorn.util.write_error``."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    error = {"message": message or reason, "type": kind, "param": None, "code": kind}
+    body = json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":")).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
 class HymtWorker(ThreadWorker):
-    """gunicorn's threaded worker whose SIGINT/SIGTERM also start the app's drain (§9.10)."""
+    """gunicorn's threaded worker whose SIGINT/SIGTERM also start the app's drain (§9.10), and whose
+    errors for unparsable requests are JSON like every other error of the API."""
+
+    def init_process(self) -> None:
+        gunicorn_util.write_error = write_json_error  # this process is ours: its one error writer
+        super().init_process()
 
     def init_signals(self) -> None:
         super().init_signals()

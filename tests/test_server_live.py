@@ -249,6 +249,30 @@ def test_bad_input_over_the_wire(server: LiveServer) -> None:
     assert content(server.post(BASE)) == "aaaa"
 
 
+def test_requests_gunicorn_cannot_parse_get_json_errors(server: LiveServer) -> None:
+    """Broken HTTP is refused by gunicorn before the app sees it; the answer is still the JSON error shape
+    (docs/api.md: every error is JSON), not gunicorn's HTML page."""
+    cases = [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400),
+        (b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    ]
+    for request_bytes, status in cases:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+            client.sendall(request_bytes)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        assert int(lines[0].split()[1]) == status, answer
+        assert "content-type: application/json" in [line.lower() for line in lines[1:]], answer
+        error = json.loads(body)["error"]
+        assert error["type"] == error["code"] == "invalid_request_error" and error["param"] is None
+        assert isinstance(error["message"], str) and error["message"]
+    assert content(server.post(BASE)) == "aaaa"
+
+
 def test_unread_stream_does_not_block_a_normal_request(server: LiveServer) -> None:
     stalled = StalledStream(server, {**LONG_STREAM, "max_tokens": 1024})
     try:
