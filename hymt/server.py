@@ -66,8 +66,8 @@ class ServerConfig:
             raise ServerError("concurrency and threads must be positive")
         if self.queue_capacity < 0:
             raise ServerError("queue capacity must not be negative")
-        if not self.graceful_timeout >= 0:
-            raise ServerError("graceful timeout must not be negative")
+        if not 0 <= self.graceful_timeout < math.inf:  # NaN fails too; gunicorn needs a whole number
+            raise ServerError("graceful timeout must be a finite number of seconds ≥ 0")
         if not self.ping_interval > 0:
             raise ServerError("ping interval must be positive")
 
