@@ -98,7 +98,7 @@ def build_parser() -> ArgumentParser:
         "--graceful-timeout",
         type=float,
         default=30.0,
-        help="seconds in-flight requests may take after SIGINT/SIGTERM",
+        help="seconds in-flight requests may take after SIGINT/SIGTERM (default: 30)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     parser.add_argument(
