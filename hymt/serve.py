@@ -228,7 +228,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     host, port = parse_listen(args.listen)
-    check_listen(host, port)
     if args.threads is None:
         from hymt.kernels import usable_physical_cores
 
@@ -245,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ping_interval=args.ping_interval,
     )
     config.validate()
+    check_listen(host, port)  # after the cheap checks, before a download or a model write
     path, profile = resolve_model(args.model, args.gguf_profile)
     if path.is_dir():
         raise ServerError(f"model path is a directory: {path}")

@@ -217,6 +217,8 @@ def test_llama_cpp_comparison_on_a_float_file(data_dir: Path) -> None:
     [
         (["--concurrency", "0"], 2, "error: concurrency and threads must be positive"),
         (["--threads", "-1"], 2, "error: concurrency and threads must be positive"),
+        # libgomp cannot create that many threads (or a worker crashes): refused up front instead.
+        (["--threads", "100000"], 2, "error: threads must be at most 1024"),
         (["--seed", "-1"], 2, "error: seed must be an integer between 0 and 2^64-1"),
         (["--seed", str(2**64)], 2, "error: seed must be an integer between 0 and 2^64-1"),
         (["--max-tokens", "many"], 2, "error: argument --max-tokens: invalid int value: 'many'"),

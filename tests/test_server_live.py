@@ -510,6 +510,7 @@ def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
         (["--listen", "127.0.0.1:70000"], 1, "error: invalid port"),
         (["--max-concurrent-requests", "0"], 1, "error: concurrency and threads must be positive"),
         (["--threads", "0"], 1, "error: concurrency and threads must be positive"),
+        (["--threads", "100000"], 1, "error: threads must be at most 1024"),  # crashed the worker
         (["--model-id", ""], 1, "error: model ID must not be empty"),
         (["--graceful-timeout", "-1"], 1, "error: graceful timeout must be a finite number of seconds ≥ 0"),
         (["--graceful-timeout", "inf"], 1, "error: graceful timeout must be a finite number of seconds ≥ 0"),
