@@ -503,9 +503,12 @@ def create_app(config: ServerConfig | None = None, *, model: Any = None) -> Flas
         if state.draining:
             return _error_response(ApiError(503, "server_error", "Server is shutting down"))
         if config.api_key and request.path != "/healthz":
-            given = request.headers.get("Authorization", "")
-            expected = f"Bearer {config.api_key}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            # The scheme is case-insensitive (RFC 9110 §11.1): `bearer KEY` from hand-written clients is fine.
+            valid = scheme.lower() == "bearer" and hmac.compare_digest(
+                given.encode(), config.api_key.encode()
+            )
+            if not valid:
                 return _error_response(ApiError(401, "authentication_error", "Invalid or missing API key"))
         g.body = _read_body()  # the 1 MiB limit holds on every route, chunked bodies included
         return None

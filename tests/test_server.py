@@ -519,6 +519,13 @@ def test_api_key(tiny_model: Any) -> None:
         good = {"Authorization": "Bearer sekret"}
         assert client.get("/v1/models", headers=good).status_code == 200
         assert post(client, BASE, headers=good).get_json()["choices"][0]["message"]["content"] == "aaaa"
+        # The auth scheme is case-insensitive (RFC 9110 §11.1); the key itself is not.
+        for header in ("bearer sekret", "BEARER sekret"):
+            assert client.get("/v1/models", headers={"Authorization": header}).status_code == 200
+        for header in ("Bearer SEKRET", "Basic sekret", "sekret", "Bearer", "Bearer sekret2", "Bearersekret"):
+            assert_error(
+                client.get("/v1/models", headers={"Authorization": header}), 401, "authentication_error"
+            )
     finally:
         app.extensions["hymt"].engine.shutdown()
 
