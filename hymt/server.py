@@ -134,6 +134,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    # Python refuses integers of more than 4300 digits with advice about sys.set_int_max_str_digits();
+    # clients get the same message as for 1e999.
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("number out of range") from None
+
+
 def parse_json(body: bytes) -> Any:
     """The request body as JSON, or a 400 `Failed to parse the request body as JSON: …`."""
     prefix = "Failed to parse the request body as JSON: "
@@ -146,6 +155,7 @@ def parse_json(body: bytes) -> Any:
             text,
             parse_constant=_reject_constant,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
             object_pairs_hook=_object_without_duplicates,
         )
     except json.JSONDecodeError as exc:
@@ -154,7 +164,7 @@ def parse_json(body: bytes) -> Any:
         raise _schema_error(f"duplicate field `{exc.args[0]}`") from None
     except RecursionError:
         raise _invalid(f"{prefix}recursion limit exceeded") from None
-    except ValueError as exc:  # NaN/Infinity, 1e999, integers with more digits than Python converts
+    except ValueError as exc:  # NaN/Infinity, 1e999, integers of more than 4300 digits
         raise _invalid(f"{prefix}{exc}") from None
 
 

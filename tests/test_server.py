@@ -407,6 +407,14 @@ def test_malformed_json(client: Any, raw: bytes) -> None:
     assert client.get("/healthz").status_code == 200
 
 
+def test_huge_integer_is_out_of_range_without_python_advice(client: Any) -> None:
+    raw = b'{"model":"test","messages":[],"max_tokens":1' + b"0" * 5000 + b"}"
+    error = assert_error(
+        client.post(URL, data=raw, content_type="application/json"), 400, "invalid_request_error"
+    )
+    assert error["message"] == "Failed to parse the request body as JSON: number out of range"
+
+
 @pytest.mark.parametrize("raw", [b"[]", b"1", b'"x"', b"null"])
 def test_non_object_body(client: Any, raw: bytes) -> None:
     error = assert_error(
