@@ -160,6 +160,12 @@ class HymtWorker(ThreadWorker):
         for listener in self.sockets:
             listener.close()
 
+    def accept(self, listener: Any) -> None:
+        # A listener event polled in the same round as the drain callback may still be dispatched after
+        # the listener was closed; accepting on it would raise and end the worker mid-drain.
+        if getattr(self, "_accepting", True):
+            super().accept(listener)
+
 
 class _Application(BaseApplication):
     def __init__(self, options: dict[str, Any], factory: Callable[[], Any]) -> None:

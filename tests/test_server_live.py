@@ -467,6 +467,16 @@ def test_draining_server_refuses_new_connections(tiny_path: Path) -> None:
         live.stop()
 
 
+def test_a_listener_event_after_the_drain_closed_it_is_ignored() -> None:
+    """The drain closes the listeners from the worker's event loop; a listener event polled in the same
+    round is then dispatched to ``accept`` on a closed socket, which must not end the worker."""
+    from hymt.serve import HymtWorker
+
+    worker = object.__new__(HymtWorker)  # no gunicorn arbiter needed for this one method
+    worker._accepting = False
+    worker.accept(None)  # would raise AttributeError inside gunicorn's accept if it were called
+
+
 def test_port_in_use_is_one_clear_error(tiny_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
