@@ -213,6 +213,26 @@ def download_file(
         raise DownloadError(f"{dest} is a directory, not a model file; move it away or choose another --dir")
     dest.parent.mkdir(parents=True, exist_ok=True)
 
+    with _exclusive(dest):
+        return _download_file_locked(
+            url, dest, part, expected, size, session, force, retries, read_timeout, progress, model_hint
+        )
+
+
+def _download_file_locked(
+    url: str,
+    dest: Path,
+    part: Path,
+    expected: str,
+    size: int | None,
+    session: requests.Session | None,
+    force: bool,
+    retries: int | None,
+    read_timeout: float | None,
+    progress: bool,
+    model_hint: bool,
+) -> Path:
+    """``download_file`` once it holds the destination's lock."""
     if force:
         for stale in (dest, part):
             stale.unlink(missing_ok=True)
@@ -258,6 +278,41 @@ def download_file(
     remember_file_sha256(dest, digest)
     _say(f"Successfully downloaded and verified {dest}")
     return dest
+
+
+class _exclusive:
+    """An advisory lock beside ``dest`` (``.<name>.lock``, left in place) for the whole check-or-download.
+
+    Two programs ensuring the same model at once (a service and a manual run) would otherwise both write
+    into the same ``.part`` and end in a checksum mismatch; the later one waits, then finds the file the
+    earlier one verified. No-op where ``fcntl`` does not exist.
+    """
+
+    def __init__(self, dest: Path) -> None:
+        self._dest = dest
+        self._fd: int | None = None
+
+    def __enter__(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        try:
+            self._fd = os.open(
+                self._dest.with_name(f".{self._dest.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644
+            )
+        except OSError:
+            return  # a read-only model folder: verifying needs no lock, and a download fails on its own
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(f"Waiting for another download of {self._dest} to finish...")
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing releases the lock
+            self._fd = None
 
 
 def _existing_file_ok(dest: Path, expected: str, size: int | None) -> bool:

@@ -36,6 +36,7 @@ class Behaviour:
     drop_after: int | None = None  # the first full-body response stops after this many bytes
     bad_content_range: bool = False
     stall_after: int | None = None  # the first full-body response goes silent after this many bytes
+    chunk_delay: float = 0.0  # seconds between 4 KiB pieces of every body (a slow link)
     requests: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
 
@@ -90,6 +91,12 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             self.wfile.flush()
             self.close_connection = True
+            return
+        if b.chunk_delay:
+            for start in range(0, len(body), 4096):
+                self.wfile.write(body[start : start + 4096])
+                self.wfile.flush()
+                time.sleep(b.chunk_delay)
             return
         self.wfile.write(body)
 
@@ -344,6 +351,32 @@ def test_destination_that_is_a_directory_fails_before_any_request(server, tmp_pa
     with pytest.raises(DownloadError, match=r"^download folder .*not-a-dir is not a directory"):
         fetch(base, tmp_path / "not-a-dir" / "model.gguf")
     assert behaviour.requests == []
+
+
+def test_two_processes_downloading_the_same_file_share_one_transfer(server, tmp_path):
+    """Two programs ensuring the same model at once (a service and a manual run) used to write into the
+    same .part — one from zero, the other resuming at the first one's size — and both ended in a checksum
+    mismatch after the whole transfer. The second now waits for the first and reuses its verified file."""
+    base, behaviour = server
+    behaviour.chunk_delay = 0.02  # 16 pieces: about a third of a second per transfer
+    dest = tmp_path / "model.gguf"
+    script = (
+        "import sys, hymt.download as dl; "
+        "dl.download_file(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), progress=False)"
+    )
+    command = [sys.executable, "-c", script, f"{base}{PATH}", str(dest), PAYLOAD_SHA256, str(len(PAYLOAD))]
+    environment = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    first = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while not behaviour.requests and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first transfer has begun
+    second = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    _, first_err = first.communicate(timeout=60)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 0, second.stderr
+    assert dest.read_bytes() == PAYLOAD
+    assert len(behaviour.requests) == 1  # the second found the verified file
+    assert "Waiting for another download" in second.stderr
 
 
 def test_not_enough_disk_space(server, tmp_path, monkeypatch):
