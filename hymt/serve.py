@@ -203,20 +203,46 @@ def _load_app(config: ServerConfig, path: str, profile: str, error_fd: int) -> A
             message = f"{exc.strerror or exc}: {exc.filename or path}"
         os.write(error_fd, message.encode("utf-8", "replace")[:PIPE_MESSAGE_BYTES])
         sys.exit(Arbiter.WORKER_BOOT_ERROR)
+    max_kv_bytes = model.kv_bytes_per_token * config.context_size * config.max_concurrent_requests
     log.info(
         "model ready architecture=%s profile=%s weight_file_bytes=%d max_kv_bytes=%d context=%d "
         "concurrency=%d threads=%d kernel=%s load_ms=%.1f",
         model.config.architecture,
         model.profile,
         model.file_bytes,
-        model.kv_bytes_per_token * config.context_size * config.max_concurrent_requests,
+        max_kv_bytes,
         config.context_size,
         config.max_concurrent_requests,
         config.threads,
         kernels.isa(),
         load_ms,
     )
+    warning = memory_warning(model.file_bytes, max_kv_bytes, physical_memory_bytes())
+    if warning:
+        log.warning(warning)
     return app
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_warning(weight_bytes: int, max_kv_bytes: int, memory: int | None) -> str | None:
+    """A start-up warning when the weights plus full KV caches cannot fit in the machine's memory.
+
+    KV caches grow with use, so such a server starts fine and is killed by the kernel's OOM killer later,
+    taking every in-flight request with it, when long requests run at full concurrency.
+    """
+    if memory is None or weight_bytes + max_kv_bytes <= memory:
+        return None
+    return (
+        f"weights ({weight_bytes / 2**30:.1f} GiB) plus full KV caches ({max_kv_bytes / 2**30:.1f} GiB = "
+        f"context x concurrency) exceed this machine's memory ({memory / 2**30:.1f} GiB); long requests at "
+        "full concurrency may run out of memory: lower --ctx-size or --max-concurrent-requests"
+    )
 
 
 def _log_listening(worker: Any) -> None:

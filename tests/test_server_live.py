@@ -477,6 +477,34 @@ def test_a_listener_event_after_the_drain_closed_it_is_ignored() -> None:
     worker.accept(None)  # would raise AttributeError inside gunicorn's accept if it were called
 
 
+def test_memory_warning_when_full_kv_caches_cannot_fit() -> None:
+    from hymt.serve import memory_warning
+
+    gib = 2**30
+    assert memory_warning(1 * gib, 2 * gib, 16 * gib) is None
+    assert memory_warning(1 * gib, 2 * gib, None) is None  # memory size unknown: no guess
+    warning = memory_warning(1 * gib, 64 * gib, 16 * gib)
+    assert warning is not None and "64.0 GiB" in warning and "--ctx-size" in warning
+
+
+def test_memory_warning_is_logged_at_start(tiny_path: Path) -> None:
+    from hymt.serve import physical_memory_bytes
+
+    memory = physical_memory_bytes()
+    if memory is None:
+        pytest.skip("physical memory size unknown here")
+    model = hymt.load(tiny_path, threads=1)
+    concurrency = memory // (model.kv_bytes_per_token * 4096) + 1  # full caches just past the memory
+    model.close()
+    live = LiveServer(
+        tiny_path, "--threads", "1", "--ctx-size", "4096", "--max-concurrent-requests", str(concurrency)
+    )
+    try:
+        assert "exceed this machine's memory" in live.log()
+    finally:
+        live.stop()
+
+
 def test_port_in_use_is_one_clear_error(tiny_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
