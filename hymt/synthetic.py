@@ -638,6 +638,7 @@ def ensure_synthetic_model(preset: str, fmt: str, data_dir: str | Path, seed: in
     _check(preset, fmt)
     path = synthetic_path(preset, fmt, data_dir, seed)
     if not path.exists():
+        print(f"Writing synthetic model {path} (once; later runs reuse it)...", file=sys.stderr, flush=True)
         write_synthetic_model(path, preset, fmt, seed)
     return path
 

@@ -468,12 +468,15 @@ def test_tiny_metadata_is_consistent(tiny_files):
 # -- caching and the command line -----------------------------------------------------------------------
 
 
-def test_ensure_synthetic_model_caches(tmp_path):
+def test_ensure_synthetic_model_caches(tmp_path, capsys):
     path = ensure_synthetic_model("tiny", "q6_k", tmp_path)
     assert path.parent == tmp_path / "synthetic"
     assert path.name == f"tiny-q6_k-s0-v{GENERATOR_VERSION}.gguf"
+    # Writing a large preset takes a while (hymt-serve prints nothing else meanwhile): say what happens.
+    assert capsys.readouterr().err == f"Writing synthetic model {path} (once; later runs reuse it)...\n"
     mtime = path.stat().st_mtime_ns
     assert ensure_synthetic_model("tiny", "q6_k", tmp_path) == path
+    assert capsys.readouterr().err == ""
     assert path.stat().st_mtime_ns == mtime
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary files left
 
