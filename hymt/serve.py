@@ -153,9 +153,9 @@ class HymtWorker(ThreadWorker):
             state.begin_shutdown()
 
     def _stop_listening(self) -> None:
-        """Close the listening sockets as the drain starts (on the worker's main loop). gunicorn ≥ 24 keeps
-        them open until the last request ends, so during the whole graceful timeout new clients were
-        accepted by the kernel and then left hanging instead of being refused."""
+        """Close the listening sockets as the drain starts (on the worker's main loop). gunicorn's gthread
+        worker (27.0) only stops polling them and closes them when the last request has ended, so during
+        the whole graceful timeout new clients were accepted by the kernel and left hanging, not refused."""
         self.set_accept_enabled(False)
         for listener in self.sockets:
             listener.close()
