@@ -150,6 +150,8 @@ def parse_json(body: bytes) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _invalid(f"{prefix}invalid UTF-8 at byte {exc.start}") from None
+    if text.startswith("\ufeff"):  # json's own message advises decoding with utf-8-sig
+        raise _invalid(f"{prefix}unexpected byte order mark (BOM) at line 1 column 1")
     try:
         return json.loads(
             text,

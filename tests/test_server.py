@@ -407,6 +407,17 @@ def test_malformed_json(client: Any, raw: bytes) -> None:
     assert client.get("/healthz").status_code == 200
 
 
+def test_byte_order_mark_is_named_without_python_advice(client: Any) -> None:
+    # What PowerShell's Out-File and some Windows editors write; the RFC 8259 text has no BOM.
+    raw = b"\xef\xbb\xbf" + json.dumps(BASE).encode()
+    error = assert_error(
+        client.post(URL, data=raw, content_type="application/json"), 400, "invalid_request_error"
+    )
+    assert error["message"] == (
+        "Failed to parse the request body as JSON: unexpected byte order mark (BOM) at line 1 column 1"
+    )
+
+
 def test_huge_integer_is_out_of_range_without_python_advice(client: Any) -> None:
     raw = b'{"model":"test","messages":[],"max_tokens":1' + b"0" * 5000 + b"}"
     error = assert_error(
