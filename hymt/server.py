@@ -63,6 +63,8 @@ class ServerConfig:
     def validate(self) -> None:
         if not self.model_id:
             raise ServerError("model ID must not be empty")
+        if self.api_key is not None and not self.api_key.strip():  # `--api-key "$UNSET"`: no auth at all
+            raise ServerError("API key must not be empty")
         if self.max_concurrent_requests < 1 or (self.threads is not None and self.threads < 1):
             raise ServerError("concurrency and threads must be positive")
         if self.threads is not None and self.threads > MAX_THREADS:

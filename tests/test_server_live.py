@@ -550,6 +550,9 @@ def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
         (["--threads", "0"], 1, "error: concurrency and threads must be positive"),
         (["--threads", "100000"], 1, "error: threads must be at most 1024"),  # crashed the worker
         (["--model-id", ""], 1, "error: model ID must not be empty"),
+        # `--api-key "$KEY"` with KEY unset would otherwise serve without any authentication.
+        (["--api-key", ""], 1, "error: API key must not be empty"),
+        (["--api-key", "  "], 1, "error: API key must not be empty"),
         (["--graceful-timeout", "-1"], 1, "error: graceful timeout must be a finite number of seconds ≥ 0"),
         (["--graceful-timeout", "inf"], 1, "error: graceful timeout must be a finite number of seconds ≥ 0"),
         (["--graceful-timeout", "nan"], 1, "error: graceful timeout must be a finite number of seconds ≥ 0"),
