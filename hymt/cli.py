@@ -50,7 +50,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("HYMT_DATA_DIR") or "data")
+    # `~` is expanded: HYMT_DATA_DIR=~/models set in a .env or systemd unit reaches us unexpanded.
+    return Path(os.environ.get("HYMT_DATA_DIR") or "data").expanduser()
 
 
 def resolve_model(spec: str | None, profile: str = "auto") -> tuple[Path, str]:
@@ -73,7 +74,7 @@ def resolve_model(spec: str | None, profile: str = "auto") -> tuple[Path, str]:
         if profile == "auto":
             profile = SYNTHETIC_PROFILES.get(parts[1], "auto")
         return path, profile
-    return Path(spec), profile
+    return Path(spec).expanduser(), profile  # `--model=~/m.gguf` is not expanded by the shell
 
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> NoReturn:

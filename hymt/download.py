@@ -498,7 +498,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    directory = Path(args.dir) if args.dir else data_dir()
+    directory = Path(args.dir).expanduser() if args.dir else data_dir()  # `--dir=~/x` reaches us as is
     path = ensure_model(OFFICIAL_FILES[args.model], directory, force=args.force)
     print(path)
     return 0

@@ -25,3 +25,18 @@ def test_module_entry_points(module):
     assert (
         "error: unrecognized arguments: --no-such-flag" in result.stderr and "Traceback" not in result.stderr
     )
+
+
+def test_data_dir_expands_a_leading_tilde(monkeypatch, tmp_path):
+    """HYMT_DATA_DIR=~/models from a .env or systemd file reaches hymt unexpanded; a folder literally
+    named `~` in the working directory is not what anyone wants (and invites a fatal `rm -rf ~`)."""
+    from hymt.cli import data_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HYMT_DATA_DIR", "~/models")
+    assert data_dir() == tmp_path / "models"
+    monkeypatch.delenv("HYMT_DATA_DIR")
+    assert data_dir() == Path("data")
+    from hymt.cli import resolve_model
+
+    assert resolve_model("~/m.gguf") == (tmp_path / "m.gguf", "auto")

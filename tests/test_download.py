@@ -489,3 +489,9 @@ def test_program_downloads_into_dir(tmp_path, server, monkeypatch):
     assert (tmp_path / "env-dir" / "x.gguf").read_bytes() == PAYLOAD
     assert dl.main(["--dir", str(tmp_path / "flag-dir"), "--force"]) == 0
     assert (tmp_path / "flag-dir" / "x.gguf").read_bytes() == PAYLOAD
+    monkeypatch.setenv("HOME", str(tmp_path))  # `--dir=~/x` is not expanded by the shell
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # where a literal `~` folder would appear
+    assert dl.main(["--dir=~/tilde-dir"]) == 0
+    assert (tmp_path / "tilde-dir" / "x.gguf").read_bytes() == PAYLOAD
+    assert list((tmp_path / "cwd").iterdir()) == []
