@@ -54,7 +54,10 @@ def parse_listen(value: str) -> tuple[str, int]:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        raise ServerError(f"invalid listen address {value!r}; expected IP:port") from None
+        raise ServerError(
+            f"invalid listen address {value!r}; expected IP:port with a numeric IP "
+            "(127.0.0.1:8080 for localhost, 0.0.0.0:8080 for every interface, [::1]:8080)"
+        ) from None
     if address.version != version:
         raise ServerError(f"invalid listen address {value!r}; write IPv6 addresses as [addr]:port")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:

@@ -543,7 +543,12 @@ def test_model_errors_end_the_program_cleanly(tiny_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "code", "message"),
     [
-        (["--listen", "localhost:80"], 1, "error: invalid listen address"),
+        (
+            ["--listen", "localhost:80"],
+            1,
+            "error: invalid listen address 'localhost:80'; expected IP:port with a "
+            "numeric IP (127.0.0.1:8080 for localhost",
+        ),
         (["--listen", "::1:80"], 1, "error: invalid listen address"),
         (["--listen", "127.0.0.1:70000"], 1, "error: invalid port"),
         (["--max-concurrent-requests", "0"], 1, "error: concurrency and threads must be positive"),
