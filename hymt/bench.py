@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hymt.cli import MAX_THREADS, ArgumentParser, add_model_arguments, resolve_model
+from hymt.cli import ArgumentParser, add_model_arguments, resolve_model
 from hymt.errors import HymtError
 
 DEFAULT_PROMPT = "Translate the following text into Chinese:\nHello, world."
@@ -84,12 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     if args.concurrency < 1 or (args.threads is not None and args.threads < 1):
         parser.error("concurrency and threads must be positive")
-    if args.threads is not None and args.threads > MAX_THREADS:
-        parser.error(f"threads must be at most {MAX_THREADS}")
     if not 0 <= args.seed < 2**64:
         parser.error("seed must be an integer between 0 and 2^64-1")
 
     from hymt import kernels
+
+    if args.threads is not None and args.threads > kernels.MAX_THREADS:
+        parser.error(f"threads must be at most {kernels.MAX_THREADS}")
 
     threads = args.threads if args.threads is not None else kernels.usable_physical_cores()
     prompt = _read_prompt(args.prompt_file) if args.prompt_file is not None else args.prompt

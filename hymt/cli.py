@@ -18,9 +18,6 @@ from hymt import __version__
 from hymt.errors import HymtError
 
 PROFILES = ("auto", "standard", "tencent-q2-0c", "tencent-stq1")
-# More compute threads than this cannot help and break: on a 2-core machine 8192 OpenMP threads stalled a
-# generation for minutes, 32768 made libgomp abort the process, 100000 crashed the server worker (SIGSEGV).
-MAX_THREADS = 1024
 SYNTHETIC_PREFIX = "synthetic:"
 # Synthetic low-bit files cannot be recognised by the SHA-256 pins, so their profile comes from the spec.
 SYNTHETIC_PROFILES = {"stq1": "tencent-stq1", "q2_0c": "tencent-q2-0c"}

@@ -26,6 +26,9 @@ from hymt.errors import KernelError
 
 FAMILIES = ("avx512", "avx2", "neon", "scalar")
 SYSFS_CPU = "/sys/devices/system/cpu"
+# More compute threads than this cannot help and break: on a 2-core machine 8192 OpenMP threads stalled a
+# generation for minutes, 32768 made libgomp abort the process, 100000 crashed a server worker (SIGSEGV).
+MAX_THREADS = 1024
 
 
 def supported_isas() -> list[str]:
@@ -122,6 +125,8 @@ def set_num_threads(n: int) -> None:
     """Threads of every later kernel call (global, not per calling thread)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise KernelError(f"thread count must be a positive integer, got {n!r}")
+    if n > MAX_THREADS:
+        raise KernelError(f"thread count must be at most {MAX_THREADS}, got {n}")
     _quant.set_num_threads(n)
 
 

@@ -119,6 +119,9 @@ def test_thread_count_setting() -> None:
         for bad in (0, -2, 1.5, True, "2"):
             with pytest.raises(KernelError, match="thread count must be a positive integer"):
                 kernels.set_num_threads(bad)  # type: ignore[arg-type]
+        # hymt.load(threads=100000) used to crash the process inside libgomp
+        with pytest.raises(KernelError, match="thread count must be at most 1024"):
+            kernels.set_num_threads(kernels.MAX_THREADS + 1)
         assert kernels.get_num_threads() == 3
     finally:
         kernels.set_num_threads(previous)
