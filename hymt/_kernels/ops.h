@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mm_api.h"
 #include "vec16.h"
 
 #ifdef _OPENMP
@@ -766,6 +767,87 @@ static void hymt_moe_route(const float *logits, const float *bias, int64_t n, in
         for (int64_t slot = 0; slot < used; slot++)
             w[slot] = normalize ? sig[sel[slot]] / denom * scale : sig[sel[slot]] * scale;
     }
+}
+
+/* ---- the HyV3 mixture-of-experts FFN (REFERENCE.md §4.4) ---------------------------------------------
+ *
+ * The whole MoE FFN of a block for n tokens in one call without the interpreter, its products through
+ * quant.so's entry points (mm_api.h). Float sequence, the reference order of §4.4: delta = shared
+ * expert's output; then for each selected expert in ascending index, for each of its tokens in ascending
+ * order, delta[t] += (w[t, e] · y_e[t]) (the product rounded to float32, then the add). Each product is
+ * batch- and thread-invariant, so an expert's output for a token does not depend on which other tokens
+ * chose it; the result is that of the per-operation calls, bit for bit. */
+
+/* One packed matrix: its format and row 0 (rows and columns are the block's; checked by the caller). */
+typedef struct {
+    const hymt_format *f;
+    const uint8_t *w;
+} hymt_moe_matrix;
+
+/* A block's experts. Matrices are [rows, cols] in product terms: router [E, h] (F32, float path always),
+ * shared gate/up [S, h] and down [h, S], expert gate/up [M, h] and down [h, M]. */
+typedef struct {
+    hymt_moe_matrix router;
+    const float *bias;                 /* [E] exp_probs_b: selection only */
+    hymt_moe_matrix shared[3];         /* gate, up, down */
+    const hymt_moe_matrix *experts;    /* [E][3]: gate, up, down of each expert */
+    int64_t h, E, used, M, S;
+    int normalize;                     /* expert_weights_norm */
+    float scale;                       /* expert_weights_scale */
+    int float_path;
+} hymt_moe;
+
+/* Per-call buffers for up to n tokens (width >= max(M, S)). */
+typedef struct {
+    float *logits;     /* [n, E] router logits */
+    int32_t *selected; /* [n, used] experts of each token, in selection order */
+    float *weights;    /* [n, used] their weights */
+    float *route;      /* [2E] hymt_moe_route's scratch */
+    int32_t *pairs;    /* [n · used] (token · used + slot), grouped by expert, tokens ascending */
+    int64_t *first;    /* [E + 1] start of each expert's run in pairs, then [E] fill cursors */
+    float *gathered;   /* [n, h] the x rows of one expert's tokens */
+    float *middle;     /* [n, width] silu(gate) × up of the shared expert, then of each expert */
+    float *out;        /* [n, h] one expert's output */
+} hymt_moe_scratch;
+
+/* delta[n, h] = MoE(x[n, h]); returns 0, or nonzero when a product's scratch allocation failed. */
+static int hymt_moe_ffn(const hymt_mm_api *mm, const hymt_moe *m, const float *x, int64_t n, float *delta,
+                        const hymt_moe_scratch *s) {
+    const int64_t h = m->h, E = m->E, used = m->used, pairs = n * used;
+    int status = mm->matmul(m->router.f, m->router.w, E, h, x, n, s->logits, 1);
+    hymt_moe_route(s->logits, m->bias, n, E, used, m->normalize, m->scale, s->selected, s->weights, s->route);
+    status |= mm->gate_up_silu(m->shared[0].f, m->shared[0].w, m->shared[1].f, m->shared[1].w, m->S, h, x, n,
+                               s->middle, m->float_path);
+    status |= mm->matmul(m->shared[2].f, m->shared[2].w, h, m->S, s->middle, n, delta, m->float_path);
+    /* counting sort of the (token, slot) pairs by expert; a stable pass in pair order keeps each
+     * expert's tokens ascending (a token selects an expert at most once) */
+    int64_t *first = s->first, *cursor = s->first + E + 1;
+    memset(first, 0, (size_t)(E + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < pairs; p++) first[s->selected[p] + 1]++;
+    for (int64_t e = 0; e < E; e++) first[e + 1] += first[e], cursor[e] = first[e];
+    for (int64_t p = 0; p < pairs; p++) s->pairs[cursor[s->selected[p]]++] = (int32_t)p;
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t r = first[e + 1] - first[e];
+        if (r == 0) continue;
+        const int32_t *run = s->pairs + first[e];
+        const hymt_moe_matrix *w = m->experts + 3 * e;
+        /* every token chose it (always at n = 1): its rows are x itself, in order */
+        const float *xe = x;
+        if (r < n) {
+            for (int64_t j = 0; j < r; j++)
+                memcpy(s->gathered + j * h, x + (int64_t)(run[j] / used) * h, (size_t)h * sizeof(float));
+            xe = s->gathered;
+        }
+        status |= mm->gate_up_silu(w[0].f, w[0].w, w[1].f, w[1].w, m->M, h, xe, r, s->middle, m->float_path);
+        status |= mm->matmul(w[2].f, w[2].w, h, m->M, s->middle, r, s->out, m->float_path);
+        for (int64_t j = 0; j < r; j++) {
+            const float wt = s->weights[run[j]];
+            const float *y = s->out + j * h;
+            float *d = delta + (int64_t)(run[j] / used) * h;
+            for (int64_t i = 0; i < h; i++) d[i] += wt * y[i];
+        }
+    }
+    return status;
 }
 
 #endif /* HYMT_OPS_H */
