@@ -571,12 +571,13 @@ def _per_token_moe(moe: dict, x: np.ndarray, used: int, normalize: bool, scale: 
     return out
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize):
+@pytest.mark.parametrize(("normalize", "n"), [(True, 7), (False, 7), (True, 300)])
+def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize, n):
     """Tokens grouped by expert (some experts chosen by all tokens, some by a few, some by none) give each
-    token exactly the bits of running it alone through §4.4's order; any thread count."""
+    token exactly the bits of running it alone through §4.4's order; any thread count, both schedules
+    (whole-expert tasks up to 256 tokens with several threads, else expert after expert)."""
     layer, moe, norms, (E, used, width) = _moe_layer(normalize=normalize)
-    n, h = 7, 64
+    h = 64
     hidden, delta = rand(n, h), rand(n, h)
     x_expected = np.empty_like(hidden)
     residual = hidden.copy()

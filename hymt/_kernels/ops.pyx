@@ -61,12 +61,16 @@ cdef extern from "ops.h" nogil:
         float *weights
         float *route
         int32_t *pairs
+        int32_t *where
+        int32_t *chosen
         int64_t *first
         float *gathered
         float *middle
         float *out
+    enum: HYMT_MOE_TASK_TOKENS
+    enum: HYMT_MOE_MAX_USED
     int hymt_moe_ffn(const hymt_mm_api *mm, const hymt_moe *m, const float *x, int64_t n, float *delta,
-                     const hymt_moe_scratch *s)
+                     const hymt_moe_scratch *s, int threads)
 
 import numpy as np
 
@@ -216,14 +220,16 @@ cdef int _check_rows(const float[:, ::1] a, int64_t n, int64_t width, str what) 
 
 cdef class MoEScratch:
     """The per-call buffers of the MoE FFN (``ops.h``'s hymt_moe_scratch) for a forward call over ``rows``
-    tokens, allocated once and reused by every MoE block of the call."""
+    tokens, allocated once and reused by every MoE block of the call. P = rows × used pair rows when the
+    experts run as tasks at once (rows <= HYMT_MOE_TASK_TOKENS), else rows."""
 
     cdef hymt_moe_scratch s
     cdef readonly int64_t rows, hidden, experts, used, width
     cdef tuple _arrays  # owners of every pointer in s
 
     def __init__(self, int64_t rows, int64_t hidden, int64_t experts, int64_t used, int64_t width):
-        if rows < 1 or hidden < 1 or experts < 1 or used < 1 or used > experts or width < 1:
+        if (rows < 1 or hidden < 1 or experts < 1 or used < 1 or used > min(experts, HYMT_MOE_MAX_USED)
+                or width < 1):
             raise KernelError("moe scratch: invalid shape")
         self.rows, self.hidden, self.experts, self.used, self.width = rows, hidden, experts, used, width
         logits = np.empty((rows, experts), np.float32)  # router logits
@@ -231,19 +237,22 @@ cdef class MoEScratch:
         weights = np.empty((rows, used), np.float32)  # their weights
         route = np.empty(2 * experts, np.float32)  # moe_route's sigmoids and scores
         pairs = np.empty(rows * used, np.int32)  # (token · used + slot), grouped by expert
+        where = np.empty(rows * used, np.int32)  # index in pairs of each (token, slot)
+        chosen = np.empty(experts, np.int32)  # the selected experts, ascending
         first = np.empty(2 * experts + 1, np.int64)  # [E + 1] run starts, [E] fill cursors
-        gathered = np.empty((rows, hidden), np.float32)  # x rows of one expert's tokens
-        middle = np.empty((rows, width), np.float32)  # silu(gate) × up
-        out = np.empty((rows, hidden), np.float32)  # one expert's output
+        P = rows * used if rows <= HYMT_MOE_TASK_TOKENS else rows
+        gathered = np.empty((P, hidden), np.float32)  # x rows of the experts' tokens
+        middle = np.empty((rows + P, width), np.float32)  # silu(gate) × up: shared expert, then experts
+        out = np.empty((P, hidden), np.float32)  # the experts' outputs
         cdef float[:, ::1] lg = logits, wt = weights, ga = gathered, mi = middle, ou = out
         cdef int32_t[:, ::1] se = selected
         cdef float[::1] ro = route
-        cdef int32_t[::1] pa = pairs
+        cdef int32_t[::1] pa = pairs, wh = where, ch = chosen
         cdef int64_t[::1] fi = first
         self.s.logits, self.s.selected, self.s.weights, self.s.route = &lg[0, 0], &se[0, 0], &wt[0, 0], &ro[0]
-        self.s.pairs, self.s.first = &pa[0], &fi[0]
+        self.s.pairs, self.s.where, self.s.chosen, self.s.first = &pa[0], &wh[0], &ch[0], &fi[0]
         self.s.gathered, self.s.middle, self.s.out = &ga[0, 0], &mi[0, 0], &ou[0, 0]
-        self._arrays = (logits, selected, weights, route, pairs, first, gathered, middle, out)
+        self._arrays = (logits, selected, weights, route, pairs, where, chosen, first, gathered, middle, out)
 
     cdef int check(self, const hymt_moe *m, int64_t n) except -1:
         """The buffers fit block m's experts for a call over n tokens."""
@@ -274,7 +283,7 @@ cdef int _block_ffn(const _Block *b, float *hidden, float *delta, float *x, floa
     middle in ffn [n, F], a MoE's buffers in moe); nonzero if a kernel's scratch failed."""
     hymt_add_rmsnorm_rows(hidden, delta, b.ffn_norm, x, n, b.h, b.eps, threads)
     if b.moe != NULL:
-        return hymt_moe_ffn(_mm, b.moe, x, n, delta, moe)
+        return hymt_moe_ffn(_mm, b.moe, x, n, delta, moe, threads)
     cdef int status = _mm.gate_up_silu(b.gate.f, b.gate.w, b.up.f, b.up.w, b.F, b.h, x, n, ffn, b.float_path)
     status |= _mm.matmul(b.down.f, b.down.w, b.h, b.F, ffn, n, delta, b.float_path)
     return status
@@ -410,13 +419,15 @@ cdef class Layer:
         cdef const float[::1] bias_v = bias
         cdef int64_t E = len(experts), e, M, S
         cdef hymt_moe *m = &self.moe
-        if E < 1 or bias_v.shape[0] != E or not 0 < used <= E or not scale > 0 or len(shared) != 3:
+        if (E < 1 or bias_v.shape[0] != E or not 0 < used <= min(E, HYMT_MOE_MAX_USED) or not scale > 0
+                or len(shared) != 3):
             raise KernelError("layer: invalid experts")
         S, M = shared[0][3], experts[0][0][3]
         _moe_matrix(router, E, h, &m.router)
         _moe_matrix(shared[0], S, h, &m.shared[0])
         _moe_matrix(shared[1], S, h, &m.shared[1])
         _moe_matrix(shared[2], h, S, &m.shared[2])
+        free(self.experts)
         self.experts = <hymt_moe_matrix *>malloc(3 * E * sizeof(hymt_moe_matrix))
         if self.experts == NULL:
             raise MemoryError("layer experts")
