@@ -306,7 +306,7 @@ class _Scratch:
     attended: np.ndarray  # [N, H*D]: attention output, input of W_o
     ffn: np.ndarray  # [N, F]: silu(gate) * up of the dense FFN
     # HyV3: router logits [N, E], selections and weights [N, used], gathered x and expert outputs [P, h],
-    # middles [N + P, max(M, S)], P = N · used up to 256 tokens, else N (see ops.MoEScratch)
+    # middles [N + P, max(M, S)], P = N · used up to 320 tokens, else N (see ops.MoEScratch)
     moe: ops.MoEScratch | None
 
     @classmethod

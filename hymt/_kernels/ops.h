@@ -788,10 +788,11 @@ static void hymt_moe_route(const float *logits, const float *bias, int64_t n, in
  *     decode one session 183 -> 158 ms per step, four sessions (different prompts) 486 -> 364 ms; a
  *     64-token prompt 26.8 -> 35.5 tok/s, 256 tokens 51.5 -> 64.8 tok/s.
  *   expert after expert (more tokens, several sessions' prompts in one call, or one thread): each product
- *     over all threads, buffers [n, ...] rather than [n · used, ...] (40 MB at 256 tokens). */
+ *     over all threads, buffers [n, ...] rather than [n · used, ...] (~155 KB per token on the 30B). */
 
-/* Up to this many tokens per call (a prompt chunk of one session), the experts run as whole-expert tasks. */
-#define HYMT_MOE_TASK_TOKENS 256
+/* Up to this many tokens per call, the experts run as whole-expert tasks: a session's 256-token prompt chunk
+ * plus up to 64 sessions decoding beside it (the engine's step while any request decodes). */
+#define HYMT_MOE_TASK_TOKENS 320
 /* Most experts a token may use (a stack array per token; Hy-MT2 uses 8). */
 #define HYMT_MOE_MAX_USED 64
 
