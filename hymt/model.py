@@ -26,7 +26,6 @@ import numpy as np
 
 from hymt import kernels, quant
 from hymt._kernels import ops
-from hymt._kernels import quant as _qk
 from hymt.errors import ModelError
 from hymt.gguf import GGUFFile, GGUFTensor
 
@@ -193,7 +192,7 @@ class DenseFFN:
 
     @cached_property
     def packed(self) -> tuple[quant.PackedMatrix, quant.PackedMatrix, quant.PackedMatrix]:
-        """(gate, up, down) checked once, for direct kernel calls (experts: on first use)."""
+        """(gate, up, down) checked once, for the layer kernels (ops.Layer)."""
         return quant.packed(self.gate), quant.packed(self.up), quant.packed(self.down)
 
 
@@ -306,16 +305,24 @@ class _Scratch:
     v: np.ndarray  # [N, K*D]
     attended: np.ndarray  # [N, H*D]: attention output, input of W_o
     ffn: np.ndarray  # [N, F]: silu(gate) * up of the dense FFN
+    # HyV3: router logits [N, E], selections and weights [N, used], gathered x and expert outputs [P, h],
+    # middles [N + P, max(M, S)], P = N · used up to 320 tokens, else N (see ops.MoEScratch)
+    moe: ops.MoEScratch | None
 
     @classmethod
     def new(cls, cfg: ModelConfig, rows: int) -> _Scratch:
         qw, kvw = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        moe = None
+        if cfg.is_moe:
+            width = max(cfg.expert_ffn_width, cfg.shared_ffn_width)
+            moe = ops.MoEScratch(rows, cfg.hidden, cfg.experts, cfg.experts_used, width)
         return cls(
             q=np.empty((rows, qw), np.float32),
             k=np.empty((rows, kvw), np.float32),
             v=np.empty((rows, kvw), np.float32),
             attended=np.empty((rows, qw), np.float32),
             ffn=np.empty((rows, cfg.ffn_width), np.float32),
+            moe=moe,
         )
 
 
@@ -361,16 +368,26 @@ class Model:
         self.rope_freqs = ops.rope_freqs(cfg.rope_base, cfg.head_dim)  # [D/2] float32
         self._norm_first = cfg.architecture == "hy_v3"
         self._layers = [self._layer_kernels(block) for block in self.blocks]
-        self._all_dense = all(isinstance(block.ffn, DenseFFN) for block in self.blocks)
+        # A decode step (one token per session) runs every layer in one C call; tests turn it off to compare
+        # with the layer-by-layer calls a prompt takes.
+        self._decode_in_one_call = True
 
     def _layer_kernels(self, block: Block) -> ops.Layer:
-        """The block as one-call attention (and dense FFN) kernels; weights checked here, once."""
+        """The block as one-call kernels (attention, then its dense or MoE FFN); weights checked here, once."""
         cfg = self.config
         qkv = (quant.packed(block.wq), quant.packed(block.wk), quant.packed(block.wv))
-        ffn = block.ffn.packed if isinstance(block.ffn, DenseFFN) else None
+        ffn = moe = None
+        if isinstance(block.ffn, DenseFFN):
+            ffn = block.ffn.packed
+        else:
+            experts = [expert.packed for expert in block.ffn.experts]
+            moe = (
+                quant.packed(block.ffn.router), block.ffn.bias, block.ffn.shared.packed, experts,
+                cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale,
+            )  # fmt: skip
         return ops.Layer(
             qkv, quant.packed(block.wo), ffn, block.attn_norm, block.ffn_norm, block.q_norm, block.k_norm,
-            self.rope_freqs, cfg.heads, cfg.kv_heads, cfg.rms_epsilon, self._norm_first, self.float_path,
+            self.rope_freqs, cfg.heads, cfg.kv_heads, cfg.rms_epsilon, self._norm_first, self.float_path, moe,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -452,11 +469,11 @@ class Model:
         """The forward pass over checked, uncancelled segments; None for those cancelled mid-call.
 
         Each sublayer leaves its output in ``delta``; the next RMSNorm adds it to ``hidden`` in the same
-        C call (hidden += delta, then x = RMSNorm(hidden)). A dense layer is one call into C (``ops.Layer``:
-        attention then FFN, norms, products and attention without the GIL); a HyV3 MoE layer's FFN runs here.
-        A decode step of a dense model (one token per session) runs all its layers in one call
-        (``ops.run_layers``): 1.25Bit, 2 threads, one session 27.5-32.9 -> 25.1-29.4 ms per step, four
-        49.6 -> 44.2 ms, because the OpenMP worker no longer sleeps through the Python between layers.
+        C call (hidden += delta, then x = RMSNorm(hidden)). A layer is one call into C (``ops.Layer``:
+        attention then the dense or MoE FFN, norms, products, routing and attention without the GIL).
+        A decode step (one token per session) runs all its layers in one call (``ops.run_layers``):
+        1.25Bit, 2 threads, one session 27.5-32.9 -> 25.1-29.4 ms per step, four 49.6 -> 44.2 ms, because
+        the OpenMP worker no longer sleeps through the Python between layers.
         Cancellation is checked between layers when prompts run, so a long chunk stops early.
         """
         cfg = self.config
@@ -473,16 +490,17 @@ class Model:
         delta = np.zeros_like(hidden)  # [N, h]: the last sublayer's output, not yet added to hidden
         x = np.empty_like(hidden)  # [N, h]: normalized input of the current sublayer
         scratch = _Scratch.new(cfg, len(ids))
-        if self._all_dense and len(ids) == len(live):
+        if self._decode_in_one_call and len(ids) == len(live):
             # A decode step (one token per session, tens of ms): every layer in one C call, so the kernel
             # threads never wait on the interpreter between layers; a cancellation is noticed before the head.
             ops.run_layers(
                 self._layers, hidden, delta, x, scratch.q, scratch.k, scratch.v, scratch.attended, positions,
                 bounds, [[s.session.keys[layer] for s in live] for layer in range(cfg.layers)],
                 [[s.session.values[layer] for s in live] for layer in range(cfg.layers)], threads, scratch.ffn,
+                scratch.moe,
             )  # fmt: skip
         else:
-            for layer, block in enumerate(self.blocks):
+            for layer in range(cfg.layers):
                 kept = self._drop_cancelled(live)
                 if not kept:
                     return [None] * len(segments)
@@ -491,15 +509,11 @@ class Model:
                     hidden, delta, x = hidden[rows], delta[rows], x[rows]
                     live, (positions, bounds) = kept, self._layout(kept)
                     scratch = _Scratch.new(cfg, len(rows))
-                dense = isinstance(block.ffn, DenseFFN)
                 self._layers[layer].attention(
                     hidden, delta, x, scratch.q, scratch.k, scratch.v, scratch.attended, positions, bounds,
                     [s.session.keys[layer] for s in live], [s.session.values[layer] for s in live], threads,
-                    scratch.ffn if dense else None,
+                    scratch.ffn, scratch.moe,
                 )  # fmt: skip
-                if not dense:
-                    ops.add_rmsnorm(hidden, delta, block.ffn_norm, cfg.rms_epsilon, x, threads)
-                    self._moe(block.ffn, x, delta)
         live = self._drop_cancelled(live)
         if not live:
             return [None] * len(segments)
@@ -540,38 +554,6 @@ class Model:
             else:
                 kept.append(segment)
         return kept
-
-    def _swiglu(self, ffn: DenseFFN, x: np.ndarray, out: np.ndarray, hidden: np.ndarray) -> np.ndarray:
-        """out = down( silu(gate·x) ⊙ (up·x) ) for x [n, h] → [n, h]; hidden [n, F] holds the middle."""
-        gate, up, down = ffn.packed
-        _qk.gate_up_silu(gate, up, x, hidden, self.float_path)
-        _qk.matmul(*down, hidden, out, self.float_path)
-        return out
-
-    def _moe(self, moe: MoEFFN, x: np.ndarray, out: np.ndarray) -> None:
-        """out = shared expert + routed experts (§4.4); tokens grouped by expert so each is read once."""
-        cfg = self.config
-        router_logits = quant.matmul(moe.router, x, float_path=True)  # [N, E]
-        selected, weights = ops.moe_route(
-            router_logits, moe.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
-        )  # [N, used] each
-        n = len(x)
-        self._swiglu(moe.shared, x, out, np.empty((n, cfg.shared_ffn_width), np.float32))  # shared first
-        flat = selected.reshape(-1)
-        order = np.argsort(flat, kind="stable")  # (token, slot) pairs grouped by expert, tokens ascending
-        experts, first = np.unique(flat[order], return_index=True)
-        bounds = [*first.tolist(), len(order)]
-        flat_weights = weights.reshape(-1)
-        for j, expert in enumerate(experts.tolist()):
-            pairs = order[bounds[j] : bounds[j + 1]]
-            rows = pairs // cfg.experts_used
-            y = self._swiglu(
-                moe.experts[expert],
-                np.ascontiguousarray(x[rows]),
-                np.empty((len(rows), cfg.hidden), np.float32),
-                np.empty((len(rows), cfg.expert_ffn_width), np.float32),
-            )  # [r, h]: then experts ascending
-            out[rows] += flat_weights[pairs][:, None] * y
 
     # --- generation ---------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ import pytest
 from model_reference import ReferenceModel, relative_l2
 
 import hymt
-from hymt import kernels
+from hymt import kernels, quant
+from hymt._kernels import ops
 from hymt.errors import HymtError, ModelError
 from hymt.gguf import GGUFFile, GGUFValueType, GGUFWriter
 from hymt.model import ModelConfig
@@ -525,33 +526,82 @@ def test_synthetic_batched_equals_solo_and_threads(synthetic, preset, fmt):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize(("preset", "fmt"), [("tiny", "stq1"), ("tiny", "q4_k")])
+@pytest.mark.parametrize(
+    ("preset", "fmt"), [("tiny", "stq1"), ("tiny", "q4_k"), ("tiny-moe", "q8_0"), ("tiny-moe", "q4_k")]
+)
 def test_decode_step_in_one_call_equals_layer_by_layer(synthetic, preset, fmt):
-    """A decode step (one token per session) runs every dense layer in one C call (ops.run_layers): the
-    same logits and KV caches, bit for bit, as the layer-by-layer calls a prompt takes."""
+    """A decode step (one token per session) runs every layer, dense or MoE, in one C call
+    (ops.run_layers): the same logits and KV caches, bit for bit, as the layer-by-layer calls a prompt
+    takes, as each session decoding alone, and at any thread count."""
     path, profile, tokens, _ = synthetic(preset, fmt)
     model = hymt.load(path, profile)
 
-    def decode(one_call: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        model._all_dense = one_call
+    def decode(one_call: bool, batched: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        model._decode_in_one_call = one_call
         sessions = [model.new_session(64) for _ in range(3)]
         for session, length in zip(sessions, (3, 9, 20), strict=True):
             model.forward(session, tokens[:length])  # sessions at different positions
         logits = []
         for step in range(3):
-            logits += model.forward([(s, [tokens[30 + step + i]]) for i, s in enumerate(sessions)])
+            pairs = [(s, [tokens[30 + step + i]]) for i, s in enumerate(sessions)]
+            logits += model.forward(pairs) if batched else [model.forward(s, t) for s, t in pairs]
         caches = [c[: s.position] for s in sessions for c in s.keys + s.values]
         return logits, caches
 
+    previous = kernels.get_num_threads()
     try:
-        layer_by_layer, one_call = decode(False), decode(True)
+        runs = [decode(False, True)]
+        for threads in (1, 2, 3):
+            kernels.set_num_threads(threads)
+            runs += [decode(True, True), decode(True, False)]
     finally:
-        model._all_dense = True
-    for a, b in zip(layer_by_layer[0] + layer_by_layer[1], one_call[0] + one_call[1], strict=True):
-        np.testing.assert_array_equal(a, b)
+        model._decode_in_one_call = True
+        kernels.set_num_threads(previous)
+    for run in runs[1:]:
+        for a, b in zip(runs[0][0] + runs[0][1], run[0] + run[1], strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
-def test_cancel_in_a_decode_step_is_noticed_before_the_head(dense):
+@pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("float_path", [False, True])
+def test_moe_layer_equals_per_token_moe(synthetic, fmt, float_path):
+    """The C MoE FFN of a tiny-moe block (experts the slices of the packed 3-D tensors) gives each token
+    the bits of §4.4 run for that token alone with hymt.quant's products: shared expert, then the selected
+    experts in ascending index, each w · y rounded to float32 and added."""
+    path, profile, tokens, _ = synthetic("tiny-moe", fmt)
+    model = hymt.load(path, profile, float_path=float_path)
+    cfg, block = model.config, model.blocks[1]
+    n = 9
+    rng = np.random.default_rng(11)
+    hidden = rng.standard_normal((n, cfg.hidden)).astype(np.float32)
+    delta = rng.standard_normal((n, cfg.hidden)).astype(np.float32)
+    x = np.empty_like(hidden)
+    width = max(cfg.expert_ffn_width, cfg.shared_ffn_width)
+    scratch = ops.MoEScratch(n, cfg.hidden, cfg.experts, cfg.experts_used, width)
+    model._layers[1].moe_ffn(hidden, delta, x, scratch, 2)
+
+    def swiglu(ffn, row):
+        middle = quant.gate_up_silu(ffn.gate, ffn.up, row, float_path=float_path)
+        return quant.matmul(ffn.down, middle, float_path=float_path)
+
+    chosen = set()
+    for t in range(n):
+        row = x[t : t + 1]
+        logits = quant.matmul(block.ffn.router, row, float_path=True)
+        selected, weights = ops.moe_route(
+            logits, block.ffn.bias, cfg.experts_used, cfg.expert_weights_norm, cfg.expert_weights_scale
+        )
+        expected = swiglu(block.ffn.shared, row)[0]
+        for slot in np.argsort(selected[0]):
+            expected = expected + weights[0, slot] * swiglu(block.ffn.experts[selected[0, slot]], row)[0]
+        chosen.update(selected[0].tolist())
+        np.testing.assert_array_equal(delta[t], expected)
+    assert len(chosen) > cfg.experts_used  # tokens differ in their experts: the grouping is exercised
+
+
+@pytest.mark.parametrize("moe_model", [False, True])
+def test_cancel_in_a_decode_step_is_noticed_before_the_head(fixtures, moe_model):
+    model = hymt.load(fixtures[(moe_model, True)])
     checks: list[int] = []  # once armed: a decode step checks before its layers and before the head
     armed: list[int] = []
 
@@ -559,15 +609,15 @@ def test_cancel_in_a_decode_step_is_noticed_before_the_head(dense):
         checks.append(1)
         return bool(armed) and len(checks) == 2
 
-    session = dense.new_session(16, cancel=cancel)
-    solo = dense.new_session(16)
-    dense.forward(session, [65, 66])
-    dense.forward(solo, [65, 66])
+    session = model.new_session(16, cancel=cancel)
+    solo = model.new_session(16)
+    model.forward(session, [65, 66])
+    model.forward(solo, [65, 66])
     checks.clear()
     armed.append(1)
-    assert dense.forward([(session, [67])]) == [None]
+    assert model.forward([(session, [67])]) == [None]
     assert len(checks) == 2 and session.position == 2 and not session.poisoned
-    np.testing.assert_array_equal(dense.forward(session, [67]), dense.forward(solo, [67]))
+    np.testing.assert_array_equal(model.forward(session, [67]), model.forward(solo, [67]))
 
 
 # --- library API ---------------------------------------------------------------------------------------

@@ -517,3 +517,165 @@ def test_run_layers_equals_one_call_per_layer():
         ops.run_layers(layers, *bufs, positions, bounds, keys[:2] + [keys[2][:2]], values)
     with pytest.raises(TypeError):
         ops.run_layers(layers[:2] + [object()], *bufs, positions, bounds, keys, values)
+
+
+# ---- the HyV3 MoE FFN in one call ----------------------------------------------------------------------
+
+
+def _moe_layer(h=64, E=8, used=3, M=48, S=40, normalize=True, scale=2.5):
+    """An F32 MoE block (attention weights as _dense_layer's): ops.Layer and its float32 weights."""
+    from hymt import quant
+
+    _, w, norms, freqs = _dense_layer(h)
+    H, K = 4, 2
+    moe = {"router": rand(E, h), "bias": rand(E) * 0.3}
+    moe.update({f"shared_{n}": rand(*shape) * 0.2 for n, shape in (("gate", (S, h)), ("up", (S, h)),
+                                                                    ("down", (h, S)))})  # fmt: skip
+    moe["experts"] = [(rand(M, h) * 0.2, rand(M, h) * 0.2, rand(h, M) * 0.2) for _ in range(E)]
+
+    def pk(name, m):
+        return quant.packed(_F32Weight(name, m))
+
+    spec = (
+        pk("router", moe["router"]), moe["bias"],
+        tuple(pk(f"shared_{n}", moe[f"shared_{n}"]) for n in ("gate", "up", "down")),
+        [tuple(pk(f"expert{e}_{i}", m) for i, m in enumerate(mats)) for e, mats in enumerate(moe["experts"])],
+        used, normalize, scale,
+    )  # fmt: skip
+    layer = ops.Layer(
+        tuple(pk(n, w[n]) for n in ("q", "k", "v")), pk("o", w["o"]), None, norms["attn"], norms["ffn"],
+        norms["q"], norms["k"], freqs, H, K, 1e-5, True, True, spec,
+    )  # fmt: skip
+    return layer, moe, norms, (E, used, max(M, S))
+
+
+def _per_token_moe(moe: dict, x: np.ndarray, used: int, normalize: bool, scale: float) -> np.ndarray:
+    """§4.4 one token at a time with hymt.quant's products (each thread- and batch-invariant) and float32
+    numpy: the shared expert, then each selected expert in ascending index, w · y rounded, then added."""
+    from hymt.quant import gate_up_silu, matmul
+
+    def swiglu(gate, up, down, row):
+        middle = gate_up_silu(_F32Weight("g", gate), _F32Weight("u", up), row, float_path=True)
+        return matmul(_F32Weight("d", down), middle, float_path=True)[0]
+
+    out = np.empty_like(x)
+    for t in range(len(x)):
+        row = x[t : t + 1]
+        logits = matmul(_F32Weight("r", moe["router"]), row, float_path=True)
+        selected, weights = ops.moe_route(logits, moe["bias"], used, normalize, scale)
+        acc = swiglu(moe["shared_gate"], moe["shared_up"], moe["shared_down"], row)
+        for slot in np.argsort(selected[0]):
+            y = swiglu(*moe["experts"][selected[0, slot]], row)
+            acc = acc + weights[0, slot] * y
+        out[t] = acc
+    return out
+
+
+@pytest.mark.parametrize(("normalize", "n"), [(True, 7), (False, 7), (True, 321)])
+def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize, n):
+    """Tokens grouped by expert (some experts chosen by all tokens, some by a few, some by none) give each
+    token exactly the bits of running it alone through §4.4's order; any thread count, both schedules
+    (whole-expert tasks up to 320 tokens with several threads, else expert after expert)."""
+    layer, moe, norms, (E, used, width) = _moe_layer(normalize=normalize)
+    h = 64
+    hidden, delta = rand(n, h), rand(n, h)
+    x_expected = np.empty_like(hidden)
+    residual = hidden.copy()
+    ops.add_rmsnorm(residual, delta.copy(), norms["ffn"], 1e-5, x_expected)
+    expected = _per_token_moe(moe, x_expected, used, normalize, 2.5)
+    previous = kernels.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            kernels.set_num_threads(threads)
+            hid, dl, x = hidden.copy(), delta.copy(), np.empty_like(hidden)
+            layer.moe_ffn(hid, dl, x, ops.MoEScratch(n, h, E, used, width), threads)
+            np.testing.assert_array_equal(hid, residual)
+            np.testing.assert_array_equal(x, x_expected)
+            np.testing.assert_array_equal(dl, expected)
+    finally:
+        kernels.set_num_threads(previous)
+
+
+def test_moe_ffn_matches_float64():
+    """Against a float64 §4.4 MoE written here (own sigmoid, selection and weights)."""
+    layer, moe, norms, (E, used, width) = _moe_layer()
+    n, h = 5, 64
+    hidden, delta = rand(n, h), rand(n, h)
+    hid, dl, x = hidden.copy(), delta.copy(), np.empty_like(hidden)
+    layer.moe_ffn(hid, dl, x, ops.MoEScratch(n, h, E, used, width), 2)
+    x64 = ref_rmsnorm((hidden.astype(np.float64) + delta).astype(np.float32), norms["ffn"], 1e-5)
+
+    def swiglu(gate, up, down, v):
+        g = gate.astype(np.float64) @ v
+        return (g / (1 + np.exp(-g)) * (up.astype(np.float64) @ v)) @ down.T.astype(np.float64)
+
+    for t in range(n):
+        logits = moe["router"].astype(np.float64) @ x64[t]
+        order, w = ref_route(logits, moe["bias"].astype(np.float64), used, True, 2.5)
+        terms = [swiglu(moe["shared_gate"], moe["shared_up"], moe["shared_down"], x64[t])]
+        terms += [wi * swiglu(*moe["experts"][e], x64[t]) for e, wi in zip(order, w, strict=True)]
+        scale = np.abs(np.array(terms)).sum(axis=0).max()
+        np.testing.assert_allclose(dl[t], np.sum(terms, axis=0), rtol=0, atol=1e-5 * scale)
+
+
+def test_run_layers_with_moe_blocks_equals_one_call_per_layer():
+    """A HyV3-like stack (a dense block, then MoE blocks) in one run_layers call: the bits of Layer.attention
+    block by block, which equal attention then moe_ffn; MoE scratch is checked against every MoE block."""
+    h, H, K, D = 64, 4, 2, 16
+    dense = _dense_layer(h, H, K, D, 96)[0]
+    moe_layers = [_moe_layer(h)[0] for _ in range(2)]
+    E, used, width = 8, 3, 48
+    layers = [dense, *moe_layers]
+    n = 3  # a decode step of three sessions
+    caches = [[(rand(32, K * D), rand(32, K * D)) for _ in range(n)] for _ in layers]
+    hidden, delta = rand(n, h), rand(n, h)
+    positions, bounds = np.array([7, 20, 3], np.int64), np.arange(n + 1, dtype=np.int64)
+    results = []
+    for mode in ("stacked", "per layer", "split"):
+        hid, dl = hidden.copy(), delta.copy()
+        keys = [[k.copy() for k, _ in layer] for layer in caches]
+        values = [[v.copy() for _, v in layer] for layer in caches]
+        x, q, k, v, att, ffn = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D, 96))
+        scratch = ops.MoEScratch(n, h, E, used, width)
+        if mode == "stacked":
+            ops.run_layers(layers, hid, dl, x, q, k, v, att, positions, bounds, keys, values, 2, ffn, scratch)
+        for i, layer in enumerate(layers):
+            if mode == "per layer":
+                layer.attention(
+                    hid, dl, x, q, k, v, att, positions, bounds, keys[i], values[i], 2, ffn, scratch
+                )
+            elif mode == "split":
+                layer.attention(hid, dl, x, q, k, v, att, positions, bounds, keys[i], values[i], 2)
+                if i == 0:
+                    layer.dense_ffn(hid, dl, x, ffn, 2)
+                else:
+                    layer.moe_ffn(hid, dl, x, scratch, 2)
+        results.append((hid, dl, keys, values))
+    for other in results[1:]:
+        for a, b in zip(results[0][:2], other[:2], strict=True):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(results[0][2] + results[0][3], other[2] + other[3], strict=True):
+            for x_, y_ in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x_, y_)
+    bufs = [np.empty((n, c), np.float32) for c in (h, h, h, H * D, K * D, K * D, H * D)]
+    keys = [[k for k, _ in layer] for layer in caches]
+    values = [[v for _, v in layer] for layer in caches]
+    ffn = np.empty((n, 96), np.float32)
+    with pytest.raises(KernelError, match="needs MoE scratch"):
+        ops.run_layers(layers, *bufs, positions, bounds, keys, values, 1, ffn)
+    with pytest.raises(KernelError, match="needs ffn scratch"):
+        ops.run_layers(
+            layers, *bufs, positions, bounds, keys, values, 1, None, ops.MoEScratch(n, h, E, used, 48)
+        )
+    for wrong in (
+        (n + 1, h, E, used, 48),
+        (n, h, E, used - 1, 48),
+        (n, h, E, used, 47),
+        (n, h, E - 1, 2, 48),
+    ):
+        with pytest.raises(KernelError, match="MoE scratch must be"):
+            ops.run_layers(layers, *bufs, positions, bounds, keys, values, 1, ffn, ops.MoEScratch(*wrong))
+    with pytest.raises(KernelError, match="no experts"):
+        dense.moe_ffn(bufs[0], bufs[1], bufs[2], ops.MoEScratch(n, h, E, used, 48))
+    with pytest.raises(KernelError, match="invalid shape"):
+        ops.MoEScratch(n, h, E, E + 1, 48)

@@ -43,6 +43,34 @@ cdef extern from "ops.h" nogil:
                                 const hymt_attention_prep *prep)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
+    ctypedef struct hymt_moe_matrix:
+        const hymt_format *f
+        const uint8_t *w
+    ctypedef struct hymt_moe:
+        hymt_moe_matrix router
+        const float *bias
+        hymt_moe_matrix shared[3]
+        const hymt_moe_matrix *experts
+        int64_t h, E, used, M, S
+        int normalize
+        float scale
+        int float_path
+    ctypedef struct hymt_moe_scratch:
+        float *logits
+        int32_t *selected
+        float *weights
+        float *route
+        int32_t *pairs
+        int32_t *where
+        int32_t *chosen
+        int64_t *first
+        float *gathered
+        float *middle
+        float *out
+    enum: HYMT_MOE_TASK_TOKENS
+    enum: HYMT_MOE_MAX_USED
+    int hymt_moe_ffn(const hymt_mm_api *mm, const hymt_moe *m, const float *x, int64_t n, float *delta,
+                     const hymt_moe_scratch *s, int threads)
 
 import numpy as np
 
@@ -190,6 +218,51 @@ cdef int _check_rows(const float[:, ::1] a, int64_t n, int64_t width, str what) 
     return 0
 
 
+cdef class MoEScratch:
+    """The per-call buffers of the MoE FFN (``ops.h``'s hymt_moe_scratch) for a forward call over ``rows``
+    tokens, allocated once and reused by every MoE block of the call. P = rows × used pair rows when the
+    experts run as tasks at once (rows <= HYMT_MOE_TASK_TOKENS), else rows."""
+
+    cdef hymt_moe_scratch s
+    cdef readonly int64_t rows, hidden, experts, used, width
+    cdef tuple _arrays  # owners of every pointer in s
+
+    def __init__(self, int64_t rows, int64_t hidden, int64_t experts, int64_t used, int64_t width):
+        if (rows < 1 or hidden < 1 or experts < 1 or used < 1 or used > min(experts, HYMT_MOE_MAX_USED)
+                or width < 1):
+            raise KernelError("moe scratch: invalid shape")
+        self.rows, self.hidden, self.experts, self.used, self.width = rows, hidden, experts, used, width
+        logits = np.empty((rows, experts), np.float32)  # router logits
+        selected = np.empty((rows, used), np.int32)  # experts of each token, in selection order
+        weights = np.empty((rows, used), np.float32)  # their weights
+        route = np.empty(2 * experts, np.float32)  # moe_route's sigmoids and scores
+        pairs = np.empty(rows * used, np.int32)  # (token · used + slot), grouped by expert
+        where = np.empty(rows * used, np.int32)  # index in pairs of each (token, slot)
+        chosen = np.empty(experts, np.int32)  # the selected experts, ascending
+        first = np.empty(2 * experts + 1, np.int64)  # [E + 1] run starts, [E] fill cursors
+        P = rows * used if rows <= HYMT_MOE_TASK_TOKENS else rows
+        gathered = np.empty((P, hidden), np.float32)  # x rows of the experts' tokens
+        middle = np.empty((rows + P, width), np.float32)  # silu(gate) × up: shared expert, then experts
+        out = np.empty((P, hidden), np.float32)  # the experts' outputs
+        cdef float[:, ::1] lg = logits, wt = weights, ga = gathered, mi = middle, ou = out
+        cdef int32_t[:, ::1] se = selected
+        cdef float[::1] ro = route
+        cdef int32_t[::1] pa = pairs, wh = where, ch = chosen
+        cdef int64_t[::1] fi = first
+        self.s.logits, self.s.selected, self.s.weights, self.s.route = &lg[0, 0], &se[0, 0], &wt[0, 0], &ro[0]
+        self.s.pairs, self.s.where, self.s.chosen, self.s.first = &pa[0], &wh[0], &ch[0], &fi[0]
+        self.s.gathered, self.s.middle, self.s.out = &ga[0, 0], &mi[0, 0], &ou[0, 0]
+        self._arrays = (logits, selected, weights, route, pairs, where, chosen, first, gathered, middle, out)
+
+    cdef int check(self, const hymt_moe *m, int64_t n) except -1:
+        """The buffers fit block m's experts for a call over n tokens."""
+        if (self.rows != n or self.hidden != m.h or self.experts != m.E or self.used != m.used
+                or self.width < m.M or self.width < m.S):
+            raise KernelError(f"layer: MoE scratch must be for {n} rows, hidden {m.h}, {m.E} experts, "
+                              f"{m.used} used, width >= {max(m.M, m.S)}")
+        return 0
+
+
 cdef struct _Block:
     # One block's kernels and vectors: what ``_block_forward`` reads, so a stack of them runs without the GIL.
     _Weight wq, wk, wv, wo, gate, up, down
@@ -198,24 +271,29 @@ cdef struct _Block:
     const float *q_norm  # [D]
     const float *k_norm  # [D]
     const float *freqs  # [D/2]
+    const hymt_moe *moe  # a HyV3 MoE block's experts (owned by its Layer), or NULL
     int64_t h, H, K, D, F
     float eps
     bint norm_first, float_path, dense
 
 
-cdef int _block_ffn(const _Block *b, float *hidden, float *delta, float *x, float *ffn, int64_t n,
-                    int threads) noexcept nogil:
-    """The dense FFN on checked [n, h] / [n, F] buffers; nonzero if a kernel's scratch failed."""
+cdef int _block_ffn(const _Block *b, float *hidden, float *delta, float *x, float *ffn,
+                    const hymt_moe_scratch *moe, int64_t n, int threads) noexcept nogil:
+    """hidden += delta, x = RMSNorm(hidden), delta = the block's FFN of x, on checked buffers (a dense FFN's
+    middle in ffn [n, F], a MoE's buffers in moe); nonzero if a kernel's scratch failed."""
     hymt_add_rmsnorm_rows(hidden, delta, b.ffn_norm, x, n, b.h, b.eps, threads)
+    if b.moe != NULL:
+        return hymt_moe_ffn(_mm, b.moe, x, n, delta, moe, threads)
     cdef int status = _mm.gate_up_silu(b.gate.f, b.gate.w, b.up.f, b.up.w, b.F, b.h, x, n, ffn, b.float_path)
     status |= _mm.matmul(b.down.f, b.down.w, b.h, b.F, ffn, n, delta, b.float_path)
     return status
 
 
 cdef int _block_forward(const _Block *b, float *hidden, float *delta, float *x, float *q, float *k, float *v,
-                        float *attended, float *ffn, int64_t n, const int64_t *positions, float **caches,
-                        const int64_t *segs, int64_t S, int threads, int isa) noexcept nogil:
-    """Layer.attention on checked buffers (ffn NULL: no FFN); nonzero if a kernel's scratch failed.
+                        float *attended, float *ffn, const hymt_moe_scratch *moe, int64_t n,
+                        const int64_t *positions, float **caches, const int64_t *segs, int64_t S, int threads,
+                        int isa) noexcept nogil:
+    """Layer.attention on checked buffers (ffn and moe NULL: no FFN); nonzero if a kernel's scratch failed.
     caches: [S] key then [S] value cache pointers; segs: [S] starts, [S] first rows, [S] row counts."""
     cdef hymt_attention_prep prep
     hymt_add_rmsnorm_rows(hidden, delta, b.attn_norm, x, n, b.h, b.eps, threads)
@@ -229,15 +307,16 @@ cdef int _block_forward(const _Block *b, float *hidden, float *delta, float *x, 
     status |= hymt_attention_segments(q, <const float *const *>caches, <const float *const *>(caches + S), segs,
                                       segs + S, segs + 2 * S, S, b.H, b.K, b.D, attended, threads, isa, &prep)
     status |= _mm.matmul(b.wo.f, b.wo.w, b.h, b.H * b.D, attended, n, delta, b.float_path)
-    if ffn != NULL:
-        status |= _block_ffn(b, hidden, delta, x, ffn, n, threads)
+    if ffn != NULL or moe != NULL:
+        status |= _block_ffn(b, hidden, delta, x, ffn, moe, n, threads)
     return status
 
 
 cdef int _check_buffers(const _Block *b, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x,
                         float[:, ::1] q, float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended,
-                        const int64_t[::1] positions, const int64_t[::1] bounds, float[:, ::1] ffn) except -1:
-    """The shapes ``_block_forward`` relies on (ffn None: no FFN)."""
+                        const int64_t[::1] positions, const int64_t[::1] bounds, float[:, ::1] ffn,
+                        MoEScratch moe) except -1:
+    """The shapes ``_block_forward`` relies on (ffn and moe None: no FFN)."""
     cdef int64_t n = hidden.shape[0], S = bounds.shape[0] - 1
     _check_rows(hidden, n, b.h, "hidden")
     _check_rows(delta, n, b.h, "delta")
@@ -248,9 +327,17 @@ cdef int _check_buffers(const _Block *b, float[:, ::1] hidden, float[:, ::1] del
     _check_rows(attended, n, b.H * b.D, "attended")
     if n == 0 or S < 1 or positions.shape[0] != n or bounds[0] != 0 or bounds[S] != n:
         raise KernelError("layer: invalid segments")
-    if ffn is not None:
-        if not b.dense:
-            raise KernelError("layer: no dense FFN")
+    if ffn is None and moe is None:
+        return 0
+    if b.moe != NULL:
+        if moe is None:
+            raise KernelError("layer: a MoE block needs MoE scratch")
+        moe.check(b.moe, n)
+    elif not b.dense:
+        raise KernelError("layer: no dense FFN")
+    else:
+        if ffn is None:
+            raise KernelError("layer: a dense block needs ffn scratch")
         _check_rows(ffn, n, b.F, "ffn")
     return 0
 
@@ -275,24 +362,36 @@ cdef int _segment_caches(const int64_t[::1] positions, const int64_t[::1] bounds
     return 0
 
 
+cdef int _moe_matrix(tuple packed, int64_t rows, int64_t cols, hymt_moe_matrix *out) except -1:
+    """out = a checked packed matrix (as ``_weight``) of an MoE block."""
+    cdef _Weight w
+    _weight(packed, rows, cols, &w)
+    out.f, out.w = w.f, w.w
+    return 0
+
+
 cdef class Layer:
-    """One block's weights as kernel pointers, so its attention and dense FFN are one call each.
+    """One block's weights as kernel pointers, so its attention and FFN are one call each.
 
     Every product goes through quant.so's entry points (the same kernels as ``hymt.quant``), in the
     order of the per-operation wrappers above, so results are bit-identical to calling them one by one.
-    Weights are the tuples of ``hymt.quant.packed`` (checked once at load); ``ffn`` is (gate, up, down)
-    or None for a block whose FFN runs elsewhere (HyV3 MoE).
+    Weights are the tuples of ``hymt.quant.packed`` (checked once at load). ``ffn`` is a dense block's
+    (gate, up, down); ``moe`` a HyV3 MoE block's (router [E, h] F32, bias [E] float32, shared (gate, up,
+    down), experts [(gate, up, down)] × E, experts used, normalize, scale), the experts the slices of the
+    packed 3-D tensors; with neither the block has attention only.
     """
 
     cdef _Block b
-    cdef tuple _keep  # owners of every pointer in b
+    cdef hymt_moe moe
+    cdef hymt_moe_matrix *experts  # [E][3] gate, up, down (moe.experts)
+    cdef tuple _keep  # owners of every pointer in b and moe
 
     def __init__(self, tuple qkv, tuple wo, tuple ffn, const float[::1] attn_norm, const float[::1] ffn_norm,
                  const float[::1] q_norm, const float[::1] k_norm, const float[::1] freqs, int heads,
-                 int kv_heads, float eps, bint norm_first, bint float_path):
+                 int kv_heads, float eps, bint norm_first, bint float_path, tuple moe=None):
         cdef int64_t D = 2 * freqs.shape[0], h = attn_norm.shape[0]
         if (heads <= 0 or kv_heads <= 0 or heads % kv_heads or D == 0 or h == 0 or ffn_norm.shape[0] != h
-                or q_norm.shape[0] != D or k_norm.shape[0] != D):
+                or q_norm.shape[0] != D or k_norm.shape[0] != D or (ffn is not None and moe is not None)):
             raise KernelError("layer: shape mismatch")
         cdef _Block *b = &self.b
         b.h, b.H, b.K, b.D, b.F = h, heads, kv_heads, D, 0
@@ -309,21 +408,57 @@ cdef class Layer:
         b.attn_norm, b.ffn_norm = &attn_norm[0], &ffn_norm[0]
         b.q_norm, b.k_norm, b.freqs = &q_norm[0], &k_norm[0], &freqs[0]
         b.eps, b.norm_first, b.float_path = eps, norm_first, float_path
-        self._keep = (qkv, wo, ffn, attn_norm, ffn_norm, q_norm, k_norm, freqs)
+        b.moe = NULL
+        if moe is not None:
+            self._set_moe(moe, h, float_path)
+            b.moe = &self.moe
+        self._keep = (qkv, wo, ffn, attn_norm, ffn_norm, q_norm, k_norm, freqs, moe)
+
+    cdef int _set_moe(self, tuple moe, int64_t h, bint float_path) except -1:
+        router, bias, shared, experts, used, normalize, scale = moe
+        cdef const float[::1] bias_v = bias
+        cdef int64_t E = len(experts), e, M, S
+        cdef hymt_moe *m = &self.moe
+        if (E < 1 or bias_v.shape[0] != E or not 0 < used <= min(E, HYMT_MOE_MAX_USED) or not scale > 0
+                or len(shared) != 3):
+            raise KernelError("layer: invalid experts")
+        S, M = shared[0][3], experts[0][0][3]
+        _moe_matrix(router, E, h, &m.router)
+        _moe_matrix(shared[0], S, h, &m.shared[0])
+        _moe_matrix(shared[1], S, h, &m.shared[1])
+        _moe_matrix(shared[2], h, S, &m.shared[2])
+        free(self.experts)
+        self.experts = <hymt_moe_matrix *>malloc(3 * E * sizeof(hymt_moe_matrix))
+        if self.experts == NULL:
+            raise MemoryError("layer experts")
+        for e in range(E):
+            if len(experts[e]) != 3:
+                raise KernelError("layer: invalid experts")
+            _moe_matrix(experts[e][0], M, h, &self.experts[3 * e])
+            _moe_matrix(experts[e][1], M, h, &self.experts[3 * e + 1])
+            _moe_matrix(experts[e][2], h, M, &self.experts[3 * e + 2])
+        m.bias, m.experts = &bias_v[0], self.experts
+        m.h, m.E, m.used, m.M, m.S = h, E, used, M, S
+        m.normalize, m.scale, m.float_path = normalize, scale, float_path
+        return 0
+
+    def __dealloc__(self):
+        free(self.experts)
 
     def attention(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
                   float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended, const int64_t[::1] positions,
-                  const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None):
+                  const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None,
+                  MoEScratch moe=None):
         """hidden += delta; x = RMSNorm(hidden); delta = W_o · attention(x) over N batch rows.
 
         hidden, delta, x: [N, h]; scratch q, attended: [N, H*D]; k, v: [N, K*D]; positions: [N].
         Segment s (one session) holds rows bounds[s]..bounds[s+1]-1 (bounds: [S+1] from 0 to N); its rows
         are appended to keys[s] / values[s] ([capacity, K*D] float32) from row positions[bounds[s]] on.
-        With ffn ([N, F] scratch) the block's dense FFN follows in the same call (as ``dense_ffn``): one
-        call per layer, one return to Python fewer.
+        With ffn ([N, F] scratch) or moe (an N-row MoEScratch) the block's FFN follows in the same call (as
+        ``dense_ffn`` / ``moe_ffn``; a dense block needs ffn, a MoE block moe): one call per layer.
         """
         run_layers([self], hidden, delta, x, q, k, v, attended, positions, bounds, [keys], [values], threads,
-                   ffn)
+                   ffn, moe)
 
     def dense_ffn(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] ffn,
                   int threads=1):
@@ -342,21 +477,41 @@ cdef class Layer:
             return
         cdef int status
         with nogil:
-            status = _block_ffn(&self.b, &hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], n, threads)
+            status = _block_ffn(&self.b, &hidden[0, 0], &delta[0, 0], &x[0, 0], &ffn[0, 0], NULL, n, threads)
+        if status:
+            raise MemoryError("kernel scratch allocation failed")
+
+    def moe_ffn(self, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, MoEScratch moe,
+                int threads=1):
+        """hidden += delta; x = RMSNorm(hidden); delta = shared expert(x) + Σ_e w_e · expert_e(x) (§4.4).
+
+        Experts ascending, each over its tokens (ascending) gathered from x; moe: an N-row MoEScratch.
+        """
+        cdef int64_t n = hidden.shape[0]
+        if self.b.moe == NULL:
+            raise KernelError("layer: no experts")
+        _check_rows(hidden, n, self.b.h, "hidden")
+        _check_rows(delta, n, self.b.h, "delta")
+        _check_rows(x, n, self.b.h, "x")
+        moe.check(self.b.moe, n)
+        cdef int status
+        with nogil:
+            status = _block_ffn(&self.b, &hidden[0, 0], &delta[0, 0], &x[0, 0], NULL, &moe.s, n, threads)
         if status:
             raise MemoryError("kernel scratch allocation failed")
 
 
 def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, ::1] x, float[:, ::1] q,
                float[:, ::1] k, float[:, ::1] v, float[:, ::1] attended, const int64_t[::1] positions,
-               const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None):
+               const int64_t[::1] bounds, list keys, list values, int threads=1, float[:, ::1] ffn=None,
+               MoEScratch moe=None):
     """``Layer.attention`` of each of ``layers`` in order, in one call without the GIL.
 
     keys[l] / values[l] are layer l's per-segment caches (as ``Layer.attention``'s keys / values); with ffn
-    every layer must be dense. Nothing returns to Python between layers, so the kernels' threads go from
-    one layer to the next without idling through interpreter work (an OpenMP worker that waits longer
-    than its spin falls asleep, and waking it costs tens of µs on this kind of VM); the results are those
-    of the per-layer calls, bit for bit.
+    or moe every layer runs its FFN too (dense layers need ffn, MoE layers moe). Nothing returns to Python
+    between layers, so the kernels' threads go from one layer to the next without idling through
+    interpreter work (an OpenMP worker that waits longer than its spin falls asleep, and waking it costs
+    tens of µs on this kind of VM); the results are those of the per-layer calls, bit for bit.
     """
     cdef int64_t L = len(layers), S = bounds.shape[0] - 1, n = hidden.shape[0], l
     cdef Layer layer
@@ -369,22 +524,25 @@ def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, 
     cdef int64_t *segs = <int64_t *>malloc(L * 3 * S * sizeof(int64_t))
     cdef int status = 0, isa = _active_isa()
     cdef float *ffn_ptr = NULL
+    cdef const hymt_moe_scratch *moe_ptr = NULL
     try:
         if blocks == NULL or caches == NULL or segs == NULL:
             raise MemoryError("layer cache pointers")
         for l in range(L):
             layer = layers[l]
-            _check_buffers(&layer.b, hidden, delta, x, q, k, v, attended, positions, bounds, ffn)
+            _check_buffers(&layer.b, hidden, delta, x, q, k, v, attended, positions, bounds, ffn, moe)
             _segment_caches(positions, bounds, keys[l], values[l], layer.b.K * layer.b.D, caches + 2 * S * l,
                             segs + 3 * S * l)
             blocks[l] = &layer.b
         if ffn is not None:
             ffn_ptr = &ffn[0, 0]
+        if moe is not None:
+            moe_ptr = &moe.s
         with nogil:
             for l in range(L):
                 status |= _block_forward(blocks[l], &hidden[0, 0], &delta[0, 0], &x[0, 0], &q[0, 0], &k[0, 0],
-                                         &v[0, 0], &attended[0, 0], ffn_ptr, n, &positions[0], caches + 2 * S * l,
-                                         segs + 3 * S * l, S, threads, isa)
+                                         &v[0, 0], &attended[0, 0], ffn_ptr, moe_ptr, n, &positions[0],
+                                         caches + 2 * S * l, segs + 3 * S * l, S, threads, isa)
     finally:
         free(blocks)
         free(caches)
