@@ -571,11 +571,13 @@ def _per_token_moe(moe: dict, x: np.ndarray, used: int, normalize: bool, scale: 
     return out
 
 
-@pytest.mark.parametrize(("normalize", "n"), [(True, 7), (False, 7), (True, 321)])
+@pytest.mark.parametrize(("normalize", "n"), [(True, 1), (True, 2), (True, 7), (False, 7), (True, 321)])
 def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize, n):
     """Tokens grouped by expert (some experts chosen by all tokens, some by a few, some by none) give each
     token exactly the bits of running it alone through §4.4's order; any thread count, both schedules
-    (whole-expert tasks up to 320 tokens with several threads, else expert after expert)."""
+    (whole-expert tasks up to 320 tokens with several threads, else expert after expert). Threads 3 and 5
+    leave tail tasks that run split by rows (one-token experts; at n = 1 with 5 threads also the shared
+    expert)."""
     layer, moe, norms, (E, used, width) = _moe_layer(normalize=normalize)
     h = 64
     hidden, delta = rand(n, h), rand(n, h)
@@ -585,7 +587,7 @@ def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize, n):
     expected = _per_token_moe(moe, x_expected, used, normalize, 2.5)
     previous = kernels.get_num_threads()
     try:
-        for threads in (1, 2, 3):
+        for threads in (1, 2, 3, 5):
             kernels.set_num_threads(threads)
             hid, dl, x = hidden.copy(), delta.copy(), np.empty_like(hidden)
             layer.moe_ffn(hid, dl, x, ops.MoEScratch(n, h, E, used, width), threads)
