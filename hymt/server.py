@@ -28,7 +28,6 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from hymt import kernels
 from hymt.engine import Engine, EngineClosed, Event, QueueFull, Ticket
 from hymt.errors import HymtError, ServerError
 from hymt.generation import GenerationRequest
@@ -67,8 +66,10 @@ class ServerConfig:
             raise ServerError("API key must not be empty")
         if self.max_concurrent_requests < 1 or (self.threads is not None and self.threads < 1):
             raise ServerError("concurrency and threads must be positive")
-        if self.threads is not None and self.threads > kernels.MAX_THREADS:
-            raise ServerError(f"threads must be at most {kernels.MAX_THREADS}")
+        from hymt.kernels import MAX_THREADS  # not at import: `hymt-serve --version` loads no kernels
+
+        if self.threads is not None and self.threads > MAX_THREADS:
+            raise ServerError(f"threads must be at most {MAX_THREADS}")
         if self.queue_capacity < 0:
             raise ServerError("queue capacity must not be negative")
         if not 0 <= self.graceful_timeout < math.inf:  # NaN fails too; gunicorn needs a whole number
