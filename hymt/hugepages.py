@@ -10,13 +10,18 @@ own writer) can sit in small folios until evicted, which may be never on a machi
 
 So a reader of a large file calls ``map_in_huge_pages`` once: it asks for huge pages, samples a few 2 MiB
 regions, and if they come back in 4 KiB pages it checks on one region that a re-read gives 2 MiB pages and,
-only then, drops the file's cached pages so that the first use reads it back in huge folios (one read from
-disk, once). Pages other processes map are never dropped. Everything here is best effort: elsewhere, or when
-the kernel cannot, nothing changes but speed.
+only then, drops the cached pages of the parts of the file held in small folios, so that the first use reads
+them back in huge folios (one read from disk, once). Which parts: the file is looked at in 128 MiB chunks
+through fresh mappings; when most chunks hold small folios (a freshly written file) the whole file's cache
+goes. A file that is cached mostly in huge folios keeps them: another reader faulting a few evicted pieces
+back in small folios (a second engine on the same file) would otherwise cost an 18 GB model a full re-read.
+Pages other processes map are never dropped. Everything here is best effort: elsewhere, or when the kernel
+cannot, nothing changes but speed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 from pathlib import Path
@@ -26,6 +31,7 @@ import numpy as np
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 MIN_FILE_BYTES = 32 * 1024 * 1024  # below this, TLB reach covers the file anyway
 SAMPLE_REGIONS = 4
+CHUNK_BYTES = 128 * 1024 * 1024  # the unit of a partial re-read (a multiple of HUGE_PAGE_BYTES)
 
 
 def thp_enabled() -> bool:
@@ -58,7 +64,8 @@ def mapped_huge_bytes(path: str | os.PathLike[str]) -> int | None:
 
 def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
     """Arrange for the read-only file mapping ``mapping`` of ``path`` to be served from 2 MiB pages; returns
-    whether its cached pages were dropped to that end (the next touches read the file from disk)."""
+    whether cached pages (all or some of the file's) were dropped to that end (the next touches read them
+    from disk)."""
     size = len(mapping)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if size < MIN_FILE_BYTES or advice is None or not hasattr(os, "posix_fadvise") or not thp_enabled():
@@ -85,7 +92,8 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
         return False
     try:
         # One region first: unmap it here, drop it from the cache, read it back. Only if that gives a 2 MiB
-        # page is it worth re-reading the whole file (kernels or filesystems without large folios never do).
+        # page is it worth re-reading what sits in small folios (kernels or filesystems without large folios
+        # never give one).
         probe = samples[len(samples) // 2]
         os.fsync(fd)  # a file still being written back has dirty pages, which cannot be dropped
         mapping.madvise(mmap.MADV_DONTNEED, probe, HUGE_PAGE_BYTES)
@@ -94,10 +102,89 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
         after = mapped_huge_bytes(path)
         if after is None or after <= before:
             return False
-        mapping.madvise(mmap.MADV_DONTNEED)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        small = _chunks_in_small_folios(fd, path, regions * HUGE_PAGE_BYTES)
+        if small is None or len(small) * CHUNK_BYTES > size // 2:
+            _drop_cached(mapping, fd, 0, size)
+        else:
+            for offset in small:
+                _drop_cached(mapping, fd, offset, min(CHUNK_BYTES, size - offset))
         return True
     except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def _chunks_in_small_folios(fd: int, path: str | os.PathLike[str], whole: int) -> list[int] | None:
+    """File offsets of the CHUNK_BYTES chunks of the first ``whole`` bytes (whole 2 MiB regions) that hold a
+    region in small folios, found by touching every region through one fresh mapping per chunk and reading
+    each mapping's 2 MiB-mapped bytes; ``None`` when that cannot be told (an unaligned mapping, no smaps)."""
+    chunks: list[mmap.mmap] = []  # one fresh mapping per chunk, closed below
+    starts: list[tuple[int, int, int]] = []  # (address, file offset, bytes) of each
+    try:
+        for offset in range(0, whole, CHUNK_BYTES):
+            chunk = mmap.mmap(fd, min(CHUNK_BYTES, whole - offset), prot=mmap.PROT_READ, offset=offset)
+            chunks.append(chunk)
+            chunk.madvise(mmap.MADV_HUGEPAGE)
+            view = np.frombuffer(chunk, np.uint8)  # [chunk bytes], read-only
+            address = view.ctypes.data
+            if address % HUGE_PAGE_BYTES:
+                return None
+            # Only regions the cache holds are touched: reading the rest from disk here would move the
+            # first use's reads into the load, and they will come in huge folios through our mapping anyway.
+            cached = _cached_regions(address, len(chunk))
+            for region in np.flatnonzero(cached):
+                int(view[region * HUGE_PAGE_BYTES])
+            del view
+            starts.append((address, offset, int(cached.sum()) * HUGE_PAGE_BYTES))
+        by_address = _mapped_huge_bytes_by_address(path)
+        if by_address is None:
+            return None
+        return [
+            offset for address, offset, cached_bytes in starts if by_address.get(address, 0) < cached_bytes
+        ]
+    finally:
+        for chunk in chunks:
+            chunk.close()
+
+
+def _cached_regions(address: int, length: int) -> np.ndarray:
+    """bool [length / 2 MiB]: whether the page cache holds the first 4 KiB page of each 2 MiB region of the
+    mapping at ``address`` (``mincore``); all True where that call is unavailable."""
+    regions = length // HUGE_PAGE_BYTES
+    pages = length // mmap.PAGESIZE
+    residency = (ctypes.c_ubyte * pages)()  # [pages] bit 0: resident
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        if libc.mincore(address, length, residency) != 0:
+            return np.ones(regions, bool)
+    except (OSError, AttributeError):
+        return np.ones(regions, bool)
+    first_pages = np.frombuffer(residency, np.uint8)[:: HUGE_PAGE_BYTES // mmap.PAGESIZE][:regions]
+    return (first_pages & 1).astype(bool)
+
+
+def _mapped_huge_bytes_by_address(path: str | os.PathLike[str]) -> dict[int, int] | None:
+    """As ``mapped_huge_bytes``, per mapping of ``path``: start address → bytes mapped with 2 MiB entries."""
+    target = os.path.realpath(path)
+    try:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+            result: dict[int, int] = {}
+            start = None
+            for line in smaps:
+                fields = line.split(maxsplit=5)
+                if fields and "-" in fields[0] and not fields[0].endswith(":"):  # start-end perms ... path
+                    named = len(fields) == 6 and fields[5].rstrip("\n") == target
+                    start = int(fields[0].split("-")[0], 16) if named else None
+                elif start is not None and fields and fields[0] == "FilePmdMapped:":
+                    result[start] = result.get(start, 0) + int(fields[1]) * 1024
+            return result
+    except OSError:
+        return None
+
+
+def _drop_cached(mapping: mmap.mmap, fd: int, offset: int, length: int) -> None:
+    """Unmap bytes [offset, offset + length) of the file from ``mapping`` and drop them from the page cache."""
+    mapping.madvise(mmap.MADV_DONTNEED, offset, length)
+    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)

@@ -51,3 +51,50 @@ def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, m
         assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)  # read back intact
         assert gguf.huge_page_bytes() >= 12 * MIB  # of the 16 MiB, if this kernel can at all
         del data
+
+
+@needs_thp
+def test_only_the_chunks_cached_in_small_pages_are_dropped(tmp_path: Path, monkeypatch) -> None:
+    # A file cached in huge folios but for one piece that another reader faulted back in small ones (an 18 GB
+    # model re-read whole for that would cost its next start a long prompt): only that piece's chunk goes.
+    monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)
+    monkeypatch.setattr(hugepages, "CHUNK_BYTES", 4 * MIB)
+    writer = GGUFWriter(tmp_path / "written.gguf")
+    weights = np.random.default_rng(1).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
+    writer.add_tensor("w", [2048, 2048], "F32", weights)
+    content = writer.write().read_bytes()
+    path = tmp_path / "model.gguf"
+    with open(path, "wb", buffering=0) as f:  # in 4 KiB folios at first
+        for start in range(0, len(content), 4096):
+            f.write(content[start : start + 4096])
+    if _plainly_mapped_huge_bytes(path) >= 2 * MIB:
+        pytest.skip("this kernel cached a file written in 4 KiB pieces in huge folios anyway")
+    dropped: list[tuple[int, int]] = []
+    drop = hugepages._drop_cached
+    monkeypatch.setattr(
+        hugepages,
+        "_drop_cached",
+        lambda m, fd, offset, length: (dropped.append((offset, length)), drop(m, fd, offset, length)),
+    )
+    with GGUFFile(path) as gguf:  # every chunk small: the whole file is read back
+        assert dropped == [(0, len(content))]
+        assert gguf.huge_page_bytes() is not None
+        int(gguf.tensor("w").data.view(np.uint8)[::4096].sum())
+        if gguf.huge_page_bytes() < 12 * MIB:
+            pytest.skip("this kernel does not read the file back in huge folios")
+    # 8 MiB .. 12 MiB (one chunk, holding the middle sampled region) written again in 4 KiB pieces
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fadvise(fd, 8 * MIB, 4 * MIB, os.POSIX_FADV_DONTNEED)
+        for start in range(8 * MIB, 12 * MIB, 4096):
+            os.pwrite(fd, content[start : start + 4096], start)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    dropped.clear()
+    with GGUFFile(path) as gguf:
+        assert dropped == [(8 * MIB, 4 * MIB)]
+        data = gguf.tensor("w").data
+        assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)
+        assert gguf.huge_page_bytes() >= 12 * MIB
+        del data
