@@ -46,20 +46,8 @@ def thp_enabled() -> bool:
 def mapped_huge_bytes(path: str | os.PathLike[str]) -> int | None:
     """Bytes of this process's mappings of the file ``path`` now mapped with 2 MiB entries, from
     ``/proc/self/smaps``; ``None`` where that file does not exist."""
-    target = os.path.realpath(path)
-    try:
-        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
-            inside = False
-            total = 0
-            for line in smaps:
-                fields = line.split(maxsplit=5)
-                if fields and "-" in fields[0] and not fields[0].endswith(":"):  # start-end perms ... path
-                    inside = len(fields) == 6 and fields[5].rstrip("\n") == target
-                elif inside and fields and fields[0] == "FilePmdMapped:":
-                    total += int(fields[1]) * 1024
-            return total
-    except OSError:
-        return None
+    by_address = _mapped_huge_bytes_by_address(path)
+    return None if by_address is None else sum(by_address.values())
 
 
 def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
@@ -166,7 +154,8 @@ def _cached_regions(address: int, length: int) -> np.ndarray:
 
 
 def _mapped_huge_bytes_by_address(path: str | os.PathLike[str]) -> dict[int, int] | None:
-    """As ``mapped_huge_bytes``, per mapping of ``path``: start address → bytes mapped with 2 MiB entries."""
+    """This process's mappings of the file ``path``, start address → bytes mapped with 2 MiB entries, from
+    ``/proc/self/smaps``; ``None`` where that file does not exist."""
     target = os.path.realpath(path)
     try:
         with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
