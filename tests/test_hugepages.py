@@ -32,19 +32,26 @@ def _plainly_mapped_huge_bytes(path: Path) -> int:
     return huge
 
 
-@needs_thp
-def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)  # a small file stands in for a model
+def _written_in_small_pages(tmp_path: Path, seed: int) -> tuple[Path, bytes, np.ndarray]:
+    """A 16 MiB one-tensor GGUF written in 4 KiB pieces, which leaves its page cache in 4 KiB folios (skips
+    where the kernel caches it in huge folios anyway); its path, bytes and the tensor [2048, 2048]."""
     writer = GGUFWriter(tmp_path / "written.gguf")
-    weights = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
+    weights = np.random.default_rng(seed).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
     writer.add_tensor("w", [2048, 2048], "F32", weights)
     content = writer.write().read_bytes()
     path = tmp_path / "model.gguf"
-    with open(path, "wb", buffering=0) as f:  # 4 KiB writes leave the page cache in 4 KiB folios
+    with open(path, "wb", buffering=0) as f:
         for start in range(0, len(content), 4096):
             f.write(content[start : start + 4096])
     if _plainly_mapped_huge_bytes(path) >= 2 * MIB:
         pytest.skip("this kernel cached a file written in 4 KiB pieces in huge folios anyway")
+    return path, content, weights
+
+
+@needs_thp
+def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)  # a small file stands in for a model
+    path, _, weights = _written_in_small_pages(tmp_path, 0)
 
     with GGUFFile(path) as gguf:
         data = gguf.tensor("w").data
@@ -59,16 +66,7 @@ def test_only_the_chunks_cached_in_small_pages_are_dropped(tmp_path: Path, monke
     # model re-read whole for that would cost its next start a long prompt): only that piece's chunk goes.
     monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)
     monkeypatch.setattr(hugepages, "CHUNK_BYTES", 4 * MIB)
-    writer = GGUFWriter(tmp_path / "written.gguf")
-    weights = np.random.default_rng(1).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
-    writer.add_tensor("w", [2048, 2048], "F32", weights)
-    content = writer.write().read_bytes()
-    path = tmp_path / "model.gguf"
-    with open(path, "wb", buffering=0) as f:  # in 4 KiB folios at first
-        for start in range(0, len(content), 4096):
-            f.write(content[start : start + 4096])
-    if _plainly_mapped_huge_bytes(path) >= 2 * MIB:
-        pytest.skip("this kernel cached a file written in 4 KiB pieces in huge folios anyway")
+    path, content, weights = _written_in_small_pages(tmp_path, 1)
     dropped: list[tuple[int, int]] = []
     drop = hugepages._drop_cached
     monkeypatch.setattr(
