@@ -105,8 +105,8 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
 
 def _chunks_in_small_folios(fd: int, path: str | os.PathLike[str], whole: int) -> list[int] | None:
     """File offsets of the CHUNK_BYTES chunks of the first ``whole`` bytes (whole 2 MiB regions) that hold a
-    region in small folios, found by touching every region through one fresh mapping per chunk and reading
-    each mapping's 2 MiB-mapped bytes; ``None`` when that cannot be told (an unaligned mapping, no smaps)."""
+    region in small folios, found by touching every cached region through one fresh mapping per chunk and
+    reading each mapping's 2 MiB-mapped bytes; ``None`` when that cannot be told (an unaligned mapping, no smaps)."""
     chunks: list[mmap.mmap] = []  # one fresh mapping per chunk, closed below
     starts: list[tuple[int, int, int]] = []  # (address, file offset, bytes) of each
     try:
@@ -114,9 +114,10 @@ def _chunks_in_small_folios(fd: int, path: str | os.PathLike[str], whole: int) -
             chunk = mmap.mmap(fd, min(CHUNK_BYTES, whole - offset), prot=mmap.PROT_READ, offset=offset)
             chunks.append(chunk)
             chunk.madvise(mmap.MADV_HUGEPAGE)
-            view = np.frombuffer(chunk, np.uint8)  # [chunk bytes], read-only
+            view = np.frombuffer(chunk, np.uint8)  # [chunk bytes], read-only; released before the close
             address = view.ctypes.data
             if address % HUGE_PAGE_BYTES:
+                del view
                 return None
             # Only regions the cache holds are touched: reading the rest from disk here would move the
             # first use's reads into the load, and they will come in huge folios through our mapping anyway.
