@@ -96,3 +96,16 @@ def test_only_the_chunks_cached_in_small_pages_are_dropped(tmp_path: Path, monke
         assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)
         assert gguf.huge_page_bytes() >= 12 * MIB
         del data
+
+
+def test_chunk_check_gives_up_on_a_mapping_it_cannot_tell(tmp_path: Path, monkeypatch) -> None:
+    # A "huge page" of 1 TiB stands in for a mapping the kernel did not align: no verdict, no exception.
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(8 * MIB))
+    monkeypatch.setattr(hugepages, "HUGE_PAGE_BYTES", 1 << 40)
+    monkeypatch.setattr(hugepages, "CHUNK_BYTES", 4 * MIB)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert hugepages._chunks_in_small_folios(fd, path, 8 * MIB) is None
+    finally:
+        os.close(fd)
