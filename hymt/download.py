@@ -8,13 +8,14 @@ call when no ``--model`` is given: verify the default file if present, download 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -214,105 +215,82 @@ def download_file(
     dest.parent.mkdir(parents=True, exist_ok=True)
 
     with _exclusive(dest):
-        return _download_file_locked(
-            url, dest, part, expected, size, session, force, retries, read_timeout, progress, model_hint
-        )
+        if force:
+            for stale in (dest, part):
+                stale.unlink(missing_ok=True)
+        elif dest.exists():
+            if _existing_file_ok(dest, expected, size):
+                return dest
+
+        retries = RETRIES if retries is None else retries
+        read_timeout = READ_TIMEOUT_SECONDS if read_timeout is None else read_timeout
+        own_session = session is None
+        session = requests.Session() if session is None else session
+        # Identity encoding: the bytes hashed must be the bytes of the file, and Content-Length must count
+        # them.
+        headers = {"Accept-Encoding": "identity"}
+        if token := os.environ.get("HF_TOKEN"):
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            attempt = 0
+            while True:
+                try:
+                    digest = _transfer(
+                        session, url, part, size, headers, (CONNECT_TIMEOUT_SECONDS, read_timeout), progress
+                    )
+                    break
+                except _Restart:
+                    part.unlink(missing_ok=True)
+                except _Interrupted as exc:
+                    # An unreachable host is retried once, not `retries` times: offline machines should hear
+                    # so fast.
+                    if attempt >= (min(retries, 1) if isinstance(exc, _Unreachable) else retries):
+                        raise DownloadError(_network_message(url, exc, model_hint)) from None
+                    delay = RETRY_BACKOFF_SECONDS * 2**attempt
+                    attempt += 1
+                    _say(f"Download from {url} failed ({_describe(exc)}); retrying in {delay:g} s...")
+                    time.sleep(delay)
+        finally:
+            if own_session:
+                session.close()
+
+        if digest != expected:
+            part.unlink(missing_ok=True)
+            raise DownloadError(f"Checksum mismatch for downloaded model: expected {expected}, got {digest}")
+        os.replace(part, dest)
+        _fsync_directory(dest.parent)
+        remember_file_sha256(dest, digest)
+        _say(f"Successfully downloaded and verified {dest}")
+        return dest
 
 
-def _download_file_locked(
-    url: str,
-    dest: Path,
-    part: Path,
-    expected: str,
-    size: int | None,
-    session: requests.Session | None,
-    force: bool,
-    retries: int | None,
-    read_timeout: float | None,
-    progress: bool,
-    model_hint: bool,
-) -> Path:
-    """``download_file`` once it holds the destination's lock."""
-    if force:
-        for stale in (dest, part):
-            stale.unlink(missing_ok=True)
-    elif dest.exists():
-        if _existing_file_ok(dest, expected, size):
-            return dest
-
-    retries = RETRIES if retries is None else retries
-    read_timeout = READ_TIMEOUT_SECONDS if read_timeout is None else read_timeout
-    own_session = session is None
-    session = requests.Session() if session is None else session
-    # Identity encoding: the bytes hashed must be the bytes of the file, and Content-Length must count them.
-    headers = {"Accept-Encoding": "identity"}
-    if token := os.environ.get("HF_TOKEN"):
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        attempt = 0
-        while True:
-            try:
-                digest = _transfer(
-                    session, url, part, size, headers, (CONNECT_TIMEOUT_SECONDS, read_timeout), progress
-                )
-                break
-            except _Restart:
-                part.unlink(missing_ok=True)
-            except _Interrupted as exc:
-                # An unreachable host is retried once, not `retries` times: offline machines should hear so fast.
-                if attempt >= (min(retries, 1) if isinstance(exc, _Unreachable) else retries):
-                    raise DownloadError(_network_message(url, exc, model_hint)) from None
-                delay = RETRY_BACKOFF_SECONDS * 2**attempt
-                attempt += 1
-                _say(f"Download from {url} failed ({_describe(exc)}); retrying in {delay:g} s...")
-                time.sleep(delay)
-    finally:
-        if own_session:
-            session.close()
-
-    if digest != expected:
-        part.unlink(missing_ok=True)
-        raise DownloadError(f"Checksum mismatch for downloaded model: expected {expected}, got {digest}")
-    os.replace(part, dest)
-    _fsync_directory(dest.parent)
-    remember_file_sha256(dest, digest)
-    _say(f"Successfully downloaded and verified {dest}")
-    return dest
-
-
-class _exclusive:
+@contextlib.contextmanager
+def _exclusive(dest: Path) -> Iterator[None]:
     """An advisory lock beside ``dest`` (``.<name>.lock``, left in place) for the whole check-or-download.
 
     Two programs ensuring the same model at once (a service and a manual run) would otherwise both write
     into the same ``.part`` and end in a checksum mismatch; the later one waits, then finds the file the
     earlier one verified. No-op where ``fcntl`` does not exist.
     """
-
-    def __init__(self, dest: Path) -> None:
-        self._dest = dest
-        self._fd: int | None = None
-
-    def __enter__(self) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        fd = os.open(dest.with_name(f".{dest.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only model folder: verifying needs no lock, and a download fails on its own
+        yield
+        return
+    try:
         try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            return
-        try:
-            self._fd = os.open(
-                self._dest.with_name(f".{self._dest.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644
-            )
-        except OSError:
-            return  # a read-only model folder: verifying needs no lock, and a download fails on its own
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _say(f"Waiting for another download of {self._dest} to finish...")
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing releases the lock
-            self._fd = None
+            _say(f"Waiting for another download of {dest} to finish...")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _existing_file_ok(dest: Path, expected: str, size: int | None) -> bool:

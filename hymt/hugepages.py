@@ -106,7 +106,8 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
 def _chunks_in_small_folios(fd: int, path: str | os.PathLike[str], whole: int) -> list[int] | None:
     """File offsets of the CHUNK_BYTES chunks of the first ``whole`` bytes (whole 2 MiB regions) that hold a
     region in small folios, found by touching every cached region through one fresh mapping per chunk and
-    reading each mapping's 2 MiB-mapped bytes; ``None`` when that cannot be told (an unaligned mapping, no smaps)."""
+    reading each mapping's 2 MiB-mapped bytes; ``None`` when that cannot be told (an unaligned mapping, no
+    smaps)."""
     chunks: list[mmap.mmap] = []  # one fresh mapping per chunk, closed below
     starts: list[tuple[int, int, int]] = []  # (address, file offset, bytes) of each
     try:
@@ -175,6 +176,6 @@ def _mapped_huge_bytes_by_address(path: str | os.PathLike[str]) -> dict[int, int
 
 
 def _drop_cached(mapping: mmap.mmap, fd: int, offset: int, length: int) -> None:
-    """Unmap bytes [offset, offset + length) of the file from ``mapping`` and drop them from the page cache."""
+    """Unmap bytes [offset, offset + length) of the file from ``mapping``; drop them from the page cache."""
     mapping.madvise(mmap.MADV_DONTNEED, offset, length)
     os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)

@@ -576,8 +576,8 @@ def test_moe_ffn_equals_per_token_moe_bit_for_bit(normalize, n):
     """Tokens grouped by expert (some experts chosen by all tokens, some by a few, some by none) give each
     token exactly the bits of running it alone through §4.4's order; any thread count, both schedules
     (whole-expert tasks up to 320 tokens with several threads, else expert after expert). Threads 3 and 5
-    leave tail tasks that run split by rows (one-token experts; at n = 1 with 5 threads also the shared
-    expert)."""
+    leave threads without a task at a layer's end (where a tail split by rows would run; measured and not
+    kept, docs/model.md)."""
     layer, moe, norms, (E, used, width) = _moe_layer(normalize=normalize)
     h = 64
     hidden, delta = rand(n, h), rand(n, h)

@@ -354,7 +354,7 @@ HYMT_TARGET_AVX512 static void q2c_gemm_lanes(const uint8_t *w, size_t row_bytes
     }
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r;
-        const int64_t S = !strided || left < 32 ? 1 : left >= 16 * Q2C_LANE_ROWS ? Q2C_LANE_ROWS : left / 16;
+        const int64_t S = hymt_lane_rows(left, 16, Q2C_LANE_ROWS, strided);
         const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
         const __m512i row_offsets = hymt_row_offsets(ls), lanes = hymt_lane_rows_avx512(S);
         int rows = (int)(left < 16 ? left : 16);

@@ -598,7 +598,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
                                                           int64_t nb, float *y, int64_t y_stride) {
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r;
-        const int64_t S = left >= 16 * HYMT_Q4_K_LANE_ROWS ? HYMT_Q4_K_LANE_ROWS : left >= 32 ? left / 16 : 1;
+        const int64_t S = hymt_lane_rows(left, 16, HYMT_Q4_K_LANE_ROWS, 1);
         const int nr = left >= 16 ? 16 : (int)left;
         const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
         const __m512i lanes = hymt_lane_rows_avx512(S);

@@ -270,7 +270,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, siz
     const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r;
-        const int64_t S = !strided || left < 32 ? 1 : left >= 16 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 16;
+        const int64_t S = hymt_lane_rows(left, 16, HYMT_Q8_0_LANE_ROWS, strided);
         const size_t ls = (size_t)S * row_bytes; /* from one lane's row to the next lane's */
         const __m512i offsets = hymt_q8_0_row_offsets(ls);
         const __m512i lanes = hymt_lane_rows_avx512(S);
@@ -395,7 +395,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
     const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
     for (int64_t r = r0; r < r1;) {
         int64_t left = r1 - r;
-        const int64_t S = !strided || left < 64 ? 1 : left >= 32 * HYMT_Q8_0_LANE_ROWS ? HYMT_Q8_0_LANE_ROWS : left / 32;
+        const int64_t S = hymt_lane_rows(left, 32, HYMT_Q8_0_LANE_ROWS, strided);
         int rv = S > 1 || left > 16 ? 2 : 1;
         int nr[2] = {left >= 16 ? 16 : (int)left, left >= 32 ? 16 : (int)(left - 16)};
         const size_t ls = (size_t)S * row_bytes;
@@ -423,7 +423,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
                                     _mm_prefetch(pp + off, _MM_HINT_T1);
                             }
                     for (int i = 0; i < rv; i++)
-                        hymt_q8_0_panel_avx512(w + (size_t)(r + p + (S > 1 ? vrows : 16) * i) * row_bytes, ls, nr[i], g,
+                        hymt_q8_0_panel_avx512(w + (size_t)(r + p + vrows * i) * row_bytes, ls, nr[i], g,
                                                W + 64 * i, D + 8 * i);
                     for (int k = 0; k < nt; k++)
                         a[k] = (const hymt_q8_0_act *)(act + (size_t)(t0 + k) * act_stride) + g;

@@ -117,6 +117,15 @@ typedef struct {
  *   cols        inputs per row (a multiple of the format's block length, checked by the caller)
  * Must process weight blocks once per tile of tokens (batching), and give each (t, r) exactly the
  * value it would get with n == 1. */
+/* Rows per lane S of the super panel (hymt_lane_rows_avx512) that starts with `left` rows still to do, for
+ * `width` lanes (a kernel's panel rows) and at most `most` rows per lane: 1 (lanes of consecutive rows)
+ * when fewer than two panels are left or when `strided` is 0 (a kernel's int32 gather offsets would not
+ * reach the lanes), else as many as the range gives. */
+static inline int64_t hymt_lane_rows(int64_t left, int64_t width, int64_t most, int strided) {
+    if (!strided || left < 2 * width) return 1;
+    return left >= width * most ? most : left / width;
+}
+
 #if defined(HYMT_X86)
 /* 16×16 dword transpose: out[j] lane i = dword j of r[i] (unpack 32/64-bit, then two 128-bit lane
  * shuffles; r and out must not overlap). The batched kernels use it so that a vector holds 4 weights of
@@ -145,11 +154,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_transpose16_epi32(const __m512i *r, __m
     }
 }
 
-/* Super panels of the few-token kernels (fmt_q8_0.h, fmt_q4_k.h): a range of 16·S rows is read in S passes,
- * lane j of pass i computing row r + jS + i, so that each lane streams S consecutive rows. 16 lanes of
- * consecutive rows are 16 short streams (a 2048-column row is a few KiB) that the hardware prefetchers
- * follow badly; one long stream per lane they follow. The values are per row, so the lane order cannot
- * change them. Lane j's output row, counted from the pass's first row: j·S. */
+/* Super panels of the few-token kernels (fmt_q8_0.h, fmt_q4_k.h, fmt_q2_0c.h): a range of 16·S rows is read
+ * in S passes, lane j of pass i computing row r + jS + i, so that each lane streams S consecutive rows. 16
+ * lanes of consecutive rows are 16 short streams (a 2048-column row is a few KiB) that the hardware
+ * prefetchers follow badly; one long stream per lane they follow. The values are per row, so the lane
+ * order cannot change them. Lane j's output row, counted from the pass's first row: j·S. */
 HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_lane_rows_avx512(int64_t S) {
     return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                               _mm512_set1_epi32((int)S));

@@ -18,12 +18,13 @@
  * tens of µs to wake on this VM. The calling thread enters the region at once; with a barrier it
  * waited for the sleeper, now it prepares the activations and streams chunks alone until the worker
  * joins. This pays only in the first product after such a gap: measured when every layer returned to
- * Python (a layer's qkv: the worker arrived 25-45 µs late there, 1-3 µs in the others); a dense decode
- * step now runs all its layers in one call (ops.run_layers), so the gaps left are between steps. Synthetic 1.8B decode, 2 threads, old and new alternated in one
- * process, µs per layer's qkv (medians): 1.25Bit 1 session 67.5 → 62.3, 4 sessions 127.2 → 112.8
- * (the wake-up is slower when the machine is busier); Q4_K within noise; o, gate/up, down and the whole
- * step unchanged. (A longer GOMP_SPINCOUNT removes the sleep itself — 30000: 1.25Bit step −5 % idle —
- * but doubled the step beside one busy process: 49 → 87-109 ms.) A prompt keeps the barrier: its
+ * Python (a layer's qkv: the worker arrived 25-45 µs late there, 1-3 µs in the others); a decode step
+ * now runs all its layers in one call (ops.run_layers), so the gaps left are between steps. Synthetic
+ * 1.8B decode, 2 threads, old and new alternated in one process, µs per layer's qkv (medians): 1.25Bit
+ * 1 session 67.5 → 62.3, 4 sessions 127.2 → 112.8 (the wake-up is slower when the machine is busier);
+ * Q4_K within noise; o, gate/up, down and the whole step unchanged. (A longer GOMP_SPINCOUNT removes the
+ * sleep itself — 30000: 1.25Bit step −5 % idle — but doubled the step beside one busy process: 49 →
+ * 87-109 ms.) A prompt keeps the barrier: its
  * products take milliseconds, and the 64-token prefill measured 1-2 % slower without it in separate
  * processes (not reproduced alternating in one process; kept out rather than explained).
  * Each output element is computed by one thread with an order fixed by the kernel, so results do not
