@@ -254,14 +254,21 @@ def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
 
 
 class Session:
-    """One request's state: position, float32 KV cache per layer, poison flag and cancel callable."""
+    """One request's state: position, float32 KV cache per layer, poison flag and cancel callable.
+
+    ``tokens`` lists the ids whose keys and values the cache holds (``len(tokens) == position``), so a
+    later prompt that starts the same way can continue from this cache after ``rewind`` (the server's
+    prompt cache). Every per-token operation reads only that token's inputs and the cache, so continuing
+    from a rewound session gives the same bits as a fresh session fed the whole prompt.
+    """
 
     def __init__(self, model: Model, context: int, cancel: Callable[[], bool] | None) -> None:
         self.model = model
         self.context = context
         self.position = 0
         self.poisoned = False
-        self._cancel = cancel
+        self.cancel = cancel  # polled before every layer; None: never cancelled
+        self.tokens: list[int] = []  # ids of positions 0..position-1
         cfg = model.config
         self._kv_width = cfg.kv_heads * cfg.head_dim
         self.keys: list[np.ndarray] = [np.empty((0, self._kv_width), np.float32)] * cfg.layers  # [cap, K*D]
@@ -269,7 +276,18 @@ class Session:
 
     @property
     def cancelled(self) -> bool:
-        return bool(self._cancel()) if self._cancel is not None else False
+        return bool(self.cancel()) if self.cancel is not None else False
+
+    def rewind(self, position: int) -> None:
+        """Keep only the first ``position`` positions; the next forward overwrites the rows after them."""
+        if self.poisoned:
+            raise ModelError("session was invalidated by a failed forward")
+        if not (
+            isinstance(position, int) and not isinstance(position, bool) and 0 <= position <= self.position
+        ):
+            raise ModelError(f"rewind position must be between 0 and {self.position}")
+        self.position = position
+        del self.tokens[position:]
 
     @property
     def capacity(self) -> int:
@@ -525,6 +543,7 @@ class Model:
             raise ModelError("model produced non-finite logits; check model format and weights")
         for row, segment in enumerate(live):
             segment.session.position += len(segment.tokens)
+            segment.session.tokens.extend(segment.tokens.tolist())
             segment.session.poisoned = False
             results[id(segment)] = logits[row]
         return [results[id(segment)] for segment in segments]

@@ -344,7 +344,7 @@ def test_cancel_mid_forward_keeps_position(moe):
         moe.forward(session, [65, 66])
     assert session.position == 0 and not session.poisoned
     checks.clear()
-    session._cancel = None
+    session.cancel = None
     reference = moe.forward(moe.new_session(16), [65, 66])
     np.testing.assert_array_equal(moe.forward(session, [65, 66]), reference)
 
@@ -560,6 +560,54 @@ def test_decode_step_in_one_call_equals_layer_by_layer(synthetic, preset, fmt):
     for run in runs[1:]:
         for a, b in zip(runs[0][0] + runs[0][1], run[0] + run[1], strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("preset", "fmt"), SYNTHETIC)
+def test_rewound_session_continues_bit_identically(synthetic, preset, fmt):
+    """What the server's prompt cache relies on: a session that saw another continuation, rewound to the
+    shared start and fed the rest in other chunks, ends with the logits and KV rows, bit for bit, of a
+    fresh session given the whole prompt in one forward (default path: int8 activations)."""
+    path, profile, tokens, _ = synthetic(preset, fmt)
+    model = hymt.load(path, profile)
+    prompt = tokens[:45]
+    fresh = model.new_session(64)
+    expected = model.forward(fresh, prompt)
+    assert fresh.tokens == prompt
+    reused = model.new_session(64)
+    model.forward(reused, prompt[:30])
+    model.forward(reused, tokens[45:48])  # an earlier request's different continuation
+    model.forward(reused, [tokens[0]])
+    assert reused.tokens == prompt[:30] + tokens[45:48] + [tokens[0]] and reused.position == 34
+    reused.rewind(30)
+    assert reused.tokens == prompt[:30] and reused.position == 30
+    model.forward(reused, prompt[30:31])
+    logits = model.forward(reused, prompt[31:])
+    np.testing.assert_array_equal(logits, expected)
+    assert reused.tokens == prompt
+    for layer in range(model.config.layers):
+        np.testing.assert_array_equal(reused.keys[layer][:45], fresh.keys[layer][:45])
+        np.testing.assert_array_equal(reused.values[layer][:45], fresh.values[layer][:45])
+
+
+def test_rewind_checks_and_token_record(dense):
+    session = dense.new_session(16)
+    dense.forward(session, [65, 66, 67])
+    for bad in (-1, 4, 2.0, True):
+        with pytest.raises(ModelError, match="^rewind position must be between 0 and 3$"):
+            session.rewind(bad)
+    assert session.position == 3 and session.tokens == [65, 66, 67]
+    session.rewind(0)
+    assert session.position == 0 and session.tokens == []
+    session.cancel = lambda: True
+    with pytest.raises(ModelError, match="^request cancelled$"):
+        dense.forward(session, [70, 71])
+    assert session.tokens == [] and not session.poisoned  # a cancelled forward records nothing
+    session.cancel = None
+    dense.forward(session, np.array([70, 71], np.int64))
+    assert session.tokens == [70, 71] and all(type(t) is int for t in session.tokens)
+    session.poisoned = True  # as a forward that failed mid-way leaves it
+    with pytest.raises(ModelError, match="^session was invalidated by a failed forward$"):
+        session.rewind(1)
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_k", "q6_k"])
