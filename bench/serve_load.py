@@ -110,7 +110,7 @@ def stop(process: subprocess.Popen[bytes] | None) -> None:
         process.wait()
 
 
-def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path) -> Target:
+def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path, prompt_cache: bool) -> Target:
     port = free_port()
     command = [
         sys.executable,
@@ -132,6 +132,7 @@ def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path) ->
         "2048",
         "--log-level",
         "warning",
+        *([] if prompt_cache else ["--no-prompt-cache"]),
     ]
     with log.open("ab") as sink:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=sink, stderr=sink)
@@ -396,6 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--llama-server", type=Path, metavar="BINARY", help="also load llama.cpp's llama-server binary"
     )
     parser.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server output")
+    parser.add_argument(
+        "--no-prompt-cache", dest="prompt_cache", action="store_false", help="start hymt-serve without it"
+    )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
 
@@ -417,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--model or --url is required")
         path, profile = resolve_model(args.model, args.gguf_profile)
         report["model"] = str(path)
-        target = start_hymt(path, profile, args.threads, max(levels), args.log)
+        target = start_hymt(path, profile, args.threads, max(levels), args.log, args.prompt_cache)
+        report["prompt_cache"] = args.prompt_cache
         try:
             report["hymt"] = run_target(target, levels, args.requests, args.max_tokens)
         finally:

@@ -5,7 +5,8 @@ Each engine step is ONE ``model.forward(batch)``: the next prompt chunk of every
 and one decode token of every running request, so the weights stream from memory once per step for all of
 them. The compute thread samples, assembles text and pushes events into each request's own queue; the
 request's thread drains that queue at its own pace, so a slow or stalled client never blocks the engine or
-the other requests.
+the other requests. A new request continues from the session of a finished one when their prompts start
+the same way (``hymt.prompt_cache``; same output bits, less prefill).
 
 Permits: ``admit()`` takes one of ``max_concurrent + queue_capacity`` permits without waiting (none left →
 ``QueueFull``). ``Ticket.start(request)`` queues the prepared request for one of ``max_concurrent`` active
@@ -35,6 +36,7 @@ from typing import Any
 
 from hymt.errors import GenerationError, HymtError, ServerError
 from hymt.generation import PREFILL_CHUNK, Completion, Generation, GenerationRequest
+from hymt.prompt_cache import PromptCache
 
 log = logging.getLogger("hymt.engine")
 
@@ -163,6 +165,7 @@ class Engine:
         context: int,
         prefill_chunk: int = PREFILL_CHUNK,
         max_undelivered: int = 64,
+        prompt_cache: bool = True,
     ) -> None:
         if max_concurrent < 1:
             raise ServerError("concurrency and threads must be positive")
@@ -176,6 +179,8 @@ class Engine:
         self.context = context
         self.prefill_chunk = prefill_chunk
         self.max_undelivered = max(1, max_undelivered)  # events a request may have unread before it pauses
+        # finished requests' sessions (compute thread only); at most max_concurrent sessions exist at once
+        self.prompt_cache = PromptCache(model, context, max_concurrent) if prompt_cache else None
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._admitted = 0  # tickets holding an admission permit
@@ -317,6 +322,8 @@ class Engine:
                 while not self._incoming and not running and not self._stopping:
                     self._wake.wait()
                 if self._stopping and not self._incoming and not running:
+                    if self.prompt_cache is not None:
+                        self.prompt_cache.clear()
                     return
                 incoming, self._incoming = self._incoming, []
             for ticket in incoming:
@@ -340,23 +347,35 @@ class Engine:
                 running = [t for t in running if t._state == _RUNNING]
 
     def _begin(self, ticket: Ticket, running: list[Ticket]) -> None:
-        """Create the request's generation (its session and KV cache live only while it is active)."""
+        """Create the request's generation, on an idle session sharing the start of its prompt if any."""
         if ticket.cancelled:
             self._finish(ticket, Event("cancelled"))
             return
-        assert ticket.request is not None
+        request = ticket.request
+        assert request is not None
+        session = None
         try:
+            if self.prompt_cache is not None:
+                session = self.prompt_cache.take(request.prompt_ids, len(running), ticket.is_cancelled)
+                if session.position:
+                    log.debug(
+                        "prompt cache: %d of %d prompt tokens reused",
+                        session.position,
+                        len(request.prompt_ids),
+                    )
             ticket._generation = Generation(
-                self.model, ticket.request, context=self.context, cancel=ticket.is_cancelled
+                self.model, request, context=self.context, cancel=ticket.is_cancelled, session=session
             )
         except Exception as exc:  # e.g. no memory for the KV cache: this request fails, the engine goes on
+            if session is not None and self.prompt_cache is not None:
+                self.prompt_cache.give(session)
             if not isinstance(exc, HymtError):
                 log.exception("starting a generation failed")
             self._finish(
                 ticket, Event("error", exc.message if isinstance(exc, HymtError) else "internal error")
             )
             return
-        ticket._prompt_left = len(ticket.request.prompt_ids)
+        ticket._prompt_left = len(request.prompt_ids) - ticket._generation.session.position
         running.append(ticket)
 
     def _drop_if_cancelled(self, ticket: Ticket) -> bool:
@@ -370,8 +389,9 @@ class Engine:
 
         While any request decodes, the prompt chunks of a step add up to at most ``prefill_chunk`` tokens
         (oldest requests first, at least one chunk), so a long prompt delays the others' next token by one
-        chunk at most. A prompt is always cut at multiples of ``prefill_chunk``, whatever else runs, so a
-        request's output never depends on its neighbours.
+        chunk at most. A request's prompt is cut into ``prefill_chunk``-token pieces from where its session
+        starts, whatever else runs (and since every per-token operation reads only that token's inputs and
+        the cache, where a prompt is cut does not change its bits either).
         """
         decoding = any(not t._generation.prefilling for t in running)
         members: list[Ticket] = []
@@ -408,8 +428,10 @@ class Engine:
                 self._finish(ticket, Event("done", generation.completion))
 
     def _finish(self, ticket: Ticket, event: Event) -> None:
-        """The generation is over: free its session, tell the owner, release if the owner already left."""
-        ticket._generation = None
+        """The generation is over: keep or free its session, tell the owner, release if the owner left."""
+        generation, ticket._generation = ticket._generation, None
+        if generation is not None and self.prompt_cache is not None:
+            self.prompt_cache.give(generation.session)
         with self._lock:
             if ticket._state != _RUNNING:
                 return  # already finished (a failed step may report a ticket twice)

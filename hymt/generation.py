@@ -132,6 +132,8 @@ class Generation:
 
     The prompt goes out in chunks of at most ``limit`` tokens; once it is complete every ``feed`` samples
     one token, and the next input is that token — except the last sampled token, which is never forwarded.
+    ``session`` may be one whose cache already holds the start of the prompt (``hymt.prompt_cache``); the
+    prompt then goes out from its position on.
     """
 
     def __init__(
@@ -141,18 +143,27 @@ class Generation:
         *,
         context: int,
         cancel: Callable[[], bool] | None = None,
+        session: Any = None,
     ) -> None:
         self._start = time.perf_counter()
         request.validate(context)
         self.model = model
         self.request = request
         self._cancel = cancel
-        self.session = model.new_session(context, cancel)
+        if session is None:
+            session = model.new_session(context, cancel)
+        elif (
+            session.context != context
+            or session.position >= len(request.prompt_ids)
+            or session.tokens != list(request.prompt_ids[: session.position])
+        ):
+            raise GenerationError("the session does not hold a prefix of the prompt")
+        self.session = session
         self.sampler = Sampler(request.sampling, model.config.vocab_size, request.prompt_ids)
         self.assembler = TextAssembler(request.stop)
         self._tokenizer = model.tokenizer
         self._end_ids = model.tokenizer.end_ids
-        self._prompt_sent = 0  # prompt tokens handed out by next_input
+        self._prompt_sent = session.position  # prompt tokens in the cache or handed out by next_input
         self._input: list[int] | None = None  # handed out, not yet fed
         self._next_token: int | None = None  # sampled token still to be forwarded
         self.token_ids: list[int] = []

@@ -103,6 +103,14 @@ def build_parser() -> ArgumentParser:
         default=30.0,
         help="seconds in-flight requests may take after SIGINT/SIGTERM (default: 30)",
     )
+    parser.add_argument(
+        "--no-prompt-cache",
+        dest="prompt_cache",
+        action="store_false",
+        help="prefill every prompt in full instead of continuing from the KV cache of a finished request "
+        "whose prompt started the same way (finished requests' caches are kept, within the memory of "
+        "--max-concurrent-requests full caches)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
     parser.add_argument(
         "--api-key",
@@ -277,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key,
         graceful_timeout=args.graceful_timeout,
         ping_interval=args.ping_interval,
+        prompt_cache=args.prompt_cache,
     )
     config.validate()
     check_listen(host, port)  # after the cheap checks, before a download or a model write

@@ -58,6 +58,7 @@ class ServerConfig:
     api_key: str | None = None  # when set, every route but /healthz needs `Authorization: Bearer <key>`
     graceful_timeout: float = 30.0  # seconds in-flight requests may take after SIGINT/SIGTERM
     ping_interval: float = 15.0  # longest silence on an open SSE stream
+    prompt_cache: bool = True  # continue new prompts from finished requests' KV caches (hymt.prompt_cache)
 
     def validate(self) -> None:
         if not self.model_id:
@@ -427,6 +428,7 @@ class ServerState:
             max_concurrent=config.max_concurrent_requests,
             queue_capacity=config.queue_capacity,
             context=config.context_size,
+            prompt_cache=config.prompt_cache,
         )
         self.started = int(time.time())
         self._ids = itertools.count()
