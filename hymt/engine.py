@@ -347,7 +347,7 @@ class Engine:
                 running = [t for t in running if t._state == _RUNNING]
 
     def _begin(self, ticket: Ticket, running: list[Ticket]) -> None:
-        """Create the request's generation, on an idle session sharing the start of its prompt if any."""
+        """Create the request's generation, on a session that may already hold its prompt's start."""
         if ticket.cancelled:
             self._finish(ticket, Event("cancelled"))
             return
@@ -356,7 +356,8 @@ class Engine:
         session = None
         try:
             if self.prompt_cache is not None:
-                session = self.prompt_cache.take(request.prompt_ids, len(running), ticket.is_cancelled)
+                busy = [t._generation.session for t in running if t._generation is not None]
+                session = self.prompt_cache.take(request.prompt_ids, busy, ticket.is_cancelled)
                 if session.position:
                     log.debug(
                         "prompt cache: %d of %d prompt tokens reused",

@@ -289,6 +289,23 @@ class Session:
         self.position = position
         del self.tokens[position:]
 
+    def copy_prefix(self, source: Session, length: int) -> None:
+        """Replace this session's cache with the first ``length`` positions of ``source``'s (a copy: ``source``
+        goes on independently). The rows are the same bits ``length`` forwarded tokens would have made."""
+        if self.poisoned or source.poisoned:
+            raise ModelError("session was invalidated by a failed forward")
+        if source.model is not self.model:
+            raise ModelError("session belongs to a different model")
+        limit = min(source.position, self.context)
+        if not (isinstance(length, int) and not isinstance(length, bool) and 0 <= length <= limit):
+            raise ModelError(f"prefix length must be between 0 and {limit}")
+        self.position = 0
+        self.reserve(length)
+        for mine, theirs in zip(self.keys + self.values, source.keys + source.values, strict=True):
+            mine[:length] = theirs[:length]
+        self.position = length
+        self.tokens = source.tokens[:length]
+
     @property
     def capacity(self) -> int:
         return self.keys[0].shape[0]

@@ -610,6 +610,24 @@ def test_rewind_checks_and_token_record(dense):
         session.rewind(1)
 
 
+def test_copy_prefix_checks(dense, moe):
+    source = dense.new_session(16)
+    dense.forward(source, [65, 66, 67])
+    target = dense.new_session(2)
+    for bad in (-1, 3, 1.0, False):  # the target's context (2) bounds it below the source's 3 positions
+        with pytest.raises(ModelError, match="^prefix length must be between 0 and 2$"):
+            target.copy_prefix(source, bad)
+    with pytest.raises(ModelError, match="^session belongs to a different model$"):
+        moe.new_session(16).copy_prefix(source, 1)
+    target.copy_prefix(source, 2)
+    assert target.position == 2 and target.tokens == [65, 66] and source.tokens == [65, 66, 67]
+    target.tokens.append(1)
+    assert source.tokens == [65, 66, 67]  # the record is a copy too
+    source.poisoned = True
+    with pytest.raises(ModelError, match="^session was invalidated by a failed forward$"):
+        dense.new_session(16).copy_prefix(source, 1)
+
+
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0", "q4_k", "q6_k"])
 @pytest.mark.parametrize("float_path", [False, True])
 def test_moe_layer_equals_per_token_moe(synthetic, fmt, float_path):

@@ -147,7 +147,7 @@ def test_session_cancelled_mid_prefill_is_reused_safely(model: Any) -> None:
         return checks["n"] > 2
 
     cache = PromptCache(model, 256, limit=1)
-    session = cache.take(long_prompt, busy=0)
+    session = cache.take(long_prompt, busy=[])
     model.forward(session, long_prompt[:20])
     before = session.keys[0][20:170].copy()
     session.cancel = cancel_after_one_layer
@@ -157,7 +157,7 @@ def test_session_cancelled_mid_prefill_is_reused_safely(model: Any) -> None:
     assert not np.array_equal(session.keys[0][20:170], before)  # the first layer wrote its rows
     cache.give(session)
     request = request_for(prompts()[1], 7)
-    reused = cache.take(request.prompt_ids, busy=0)
+    reused = cache.take(request.prompt_ids, busy=[])
     assert reused is session and reused.position == 20
     generation = Generation(model, request, context=256, session=reused)
     while tokens := generation.next_input():
@@ -168,27 +168,27 @@ def test_session_cancelled_mid_prefill_is_reused_safely(model: Any) -> None:
 
 def test_prompt_cache_choice_and_bounds(model: Any) -> None:
     cache = PromptCache(model, 64, limit=3)
-    a = cache.take([5, 6, 7, 8], busy=0)
+    a = cache.take([5, 6, 7, 8], busy=[])
     model.forward(a, [5, 6, 7, 8])
-    b = cache.take([5, 6, 9], busy=1)
+    b = cache.take([1, 2, 3], busy=[a])  # nothing shared: a new session
     model.forward(b, [5, 6, 9])
     assert a is not b
     cache.give(a)
     cache.give(b)
     assert cache.idle == 2
     # the longest shared prefix wins, capped so the last prompt token is always forwarded
-    c = cache.take([5, 6, 7, 8], busy=0)
+    c = cache.take([5, 6, 7, 8], busy=[])
     assert c is a and c.position == 3 and c.tokens == [5, 6, 7]
     cache.give(c)
     # a tie goes to the most recently finished session
-    d = cache.take([5, 6, 1], busy=0)
+    d = cache.take([5, 6, 1], busy=[])
     assert d is a and d.position == 2
     cache.give(d)
     # no shared prefix: a new session while the bound allows (idle sessions kept for later prompts) ...
-    e = cache.take([40, 41], busy=0)
+    e = cache.take([40, 41], busy=[])
     assert e not in (a, b) and e.position == 0 and cache.idle == 2
     # ... else the least recently used idle one, emptied
-    f = cache.take([42, 43], busy=1)
+    f = cache.take([42, 43], busy=[e])
     assert f is b and f.position == 0 and f.tokens == [] and cache.idle == 1
     assert cache.hits == 2 and cache.reused_tokens == 5
     # nothing to keep: a session no forward has filled, or one a failed forward left invalid
@@ -198,7 +198,7 @@ def test_prompt_cache_choice_and_bounds(model: Any) -> None:
     cache.give(f)
     assert cache.idle == 1
     # the cancel callable belongs to the request that holds the session
-    g = cache.take([5, 6], busy=0, cancel=lambda: True)
+    g = cache.take([5, 6], busy=[], cancel=lambda: True)
     assert g is a and g.cancelled
     cache.give(g)
     assert g.cancel is None
@@ -214,3 +214,56 @@ def test_generation_refuses_a_session_that_does_not_hold_the_prompt_start(model:
         Generation(model, request_for([5, 6, 7, 8], 0), context=128, session=session)
     generation = Generation(model, request_for([5, 6, 7, 8], 0), context=64, session=session)
     assert generation.next_input() == [8]
+
+
+def test_prompt_cache_copies_a_longer_prefix_from_a_running_session(model: Any) -> None:
+    cache = PromptCache(model, 64, limit=3)
+    running = model.new_session(64)
+    model.forward(running, [5, 6, 7, 8, 9])
+    idle = model.new_session(64)
+    model.forward(idle, [5, 6, 1])
+    cache.give(idle)
+    copy = cache.take([5, 6, 7, 8, 2], busy=[running])
+    assert copy is not running and copy is not idle and cache.idle == 1  # room for a new session
+    assert copy.position == 4 and copy.tokens == [5, 6, 7, 8]
+    assert running.position == 5 and running.tokens == [5, 6, 7, 8, 9]  # the source goes on untouched
+    fresh = model.new_session(64)
+    np.testing.assert_array_equal(model.forward(copy, [2]), model.forward(fresh, [5, 6, 7, 8, 2]))
+    for layer in range(model.config.layers):
+        np.testing.assert_array_equal(copy.keys[layer][:5], fresh.keys[layer][:5])
+        np.testing.assert_array_equal(copy.values[layer][:5], fresh.values[layer][:5])
+    # at the bound, the copy goes into the least recently used idle session
+    second = cache.take([5, 6, 7, 3], busy=[running, copy])
+    assert second is idle and second.tokens == [5, 6, 7] and cache.idle == 0
+    # an idle session wins a tie with a running one (no copy needed)
+    cache.give(second)
+    assert cache.take([5, 6, 7, 4], busy=[running, copy]) is idle
+    assert cache.hits == 3 and cache.reused_tokens == 4 + 3 + 3
+
+
+def test_requests_arriving_together_share_the_prefix_of_an_earlier_one(model: Any) -> None:
+    """After one request, four arrive at once: one takes its idle session, the others copy the shared
+    instruction from it within the same step, and all four give their fresh-session outputs."""
+    recording = Recording(model)
+    engine = Engine(recording, max_concurrent=4, queue_capacity=0, context=256)
+    first, *others = prompts()
+    rng = np.random.default_rng(8)
+    others.append(first[:30] + [int(t) for t in rng.choice(VOCAB_IDS, 7)])
+    try:
+        with engine.submit(request_for(first, 50)) as ticket:
+            ticket.result()
+        recording.fed = {}
+        gate = [engine.admit() for _ in others]  # admitted first, so all four start in one engine turn
+        for ticket, (seed, prompt) in zip(gate, enumerate(others, 60), strict=True):
+            ticket.start(request_for(prompt, seed))
+        outputs = [ticket.result().token_ids for ticket in gate]
+        for ticket in gate:
+            ticket.close()
+    finally:
+        engine.shutdown()
+    assert len(recording.sessions) == 4
+    assert engine.prompt_cache is not None and engine.prompt_cache.hits == 4
+    expected_fed = sorted(len(p) - 30 + len(o) - 1 for p, o in zip(others, outputs, strict=True))
+    assert sorted(recording.fed.values()) == expected_fed
+    for (seed, prompt), got in zip(enumerate(others, 60), outputs, strict=True):
+        assert got == run_alone(model, request_for(prompt, seed))
