@@ -61,11 +61,11 @@ def test_a_model_cached_in_small_pages_is_mapped_in_huge_pages(tmp_path: Path, m
 
 
 @needs_thp
-def test_only_the_chunks_cached_in_small_pages_are_dropped(tmp_path: Path, monkeypatch) -> None:
-    # A file cached in huge folios but for one piece that another reader faulted back in small ones (an 18 GB
-    # model re-read whole for that would cost its next start a long prompt): only that piece's chunk goes.
+def test_only_the_regions_cached_in_small_pages_are_dropped(tmp_path: Path, monkeypatch) -> None:
+    # A file cached in huge folios but for two regions that another reader faulted back in small ones (an
+    # 18 GB model re-read whole for that would cost its next start a long prompt): only those two go. Neither
+    # is a region a check of a few samples (first, last, evenly between) would have looked at.
     monkeypatch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)
-    monkeypatch.setattr(hugepages, "CHUNK_BYTES", 4 * MIB)
     path, content, weights = _written_in_small_pages(tmp_path, 1)
     dropped: list[tuple[int, int]] = []
     drop = hugepages._drop_cached
@@ -74,38 +74,51 @@ def test_only_the_chunks_cached_in_small_pages_are_dropped(tmp_path: Path, monke
         "_drop_cached",
         lambda m, fd, offset, length: (dropped.append((offset, length)), drop(m, fd, offset, length)),
     )
-    with GGUFFile(path) as gguf:  # every chunk small: the whole file is read back
-        assert dropped == [(0, len(content))]
+    with GGUFFile(path) as gguf:  # every region small: one probed, then the whole file is read back
+        assert dropped == [(8 * MIB, 2 * MIB), (0, len(content))]
         assert gguf.huge_page_bytes() is not None
         int(gguf.tensor("w").data.view(np.uint8)[::4096].sum())
         if gguf.huge_page_bytes() < 12 * MIB:
             pytest.skip("this kernel does not read the file back in huge folios")
-    # 8 MiB .. 12 MiB (one chunk, holding the middle sampled region) written again in 4 KiB pieces
+    dropped.clear()
+    with GGUFFile(path) as gguf:  # all huge now: nothing to do
+        assert dropped == []
+    # 10 MiB .. 14 MiB (regions 5 and 6 of 8) written again in 4 KiB pieces
     fd = os.open(path, os.O_RDWR)
     try:
-        os.posix_fadvise(fd, 8 * MIB, 4 * MIB, os.POSIX_FADV_DONTNEED)
-        for start in range(8 * MIB, 12 * MIB, 4096):
+        os.posix_fadvise(fd, 10 * MIB, 4 * MIB, os.POSIX_FADV_DONTNEED)
+        for start in range(10 * MIB, 14 * MIB, 4096):
             os.pwrite(fd, content[start : start + 4096], start)
         os.fsync(fd)
     finally:
         os.close(fd)
-    dropped.clear()
     with GGUFFile(path) as gguf:
-        assert dropped == [(8 * MIB, 4 * MIB)]
+        assert dropped == [(12 * MIB, 2 * MIB), (10 * MIB, 2 * MIB)]  # the probe first
         data = gguf.tensor("w").data
         assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)
-        assert gguf.huge_page_bytes() >= 12 * MIB
+        assert gguf.huge_page_bytes() >= 14 * MIB
         del data
 
 
-def test_chunk_check_gives_up_on_a_mapping_it_cannot_tell(tmp_path: Path, monkeypatch) -> None:
-    # A "huge page" of 1 TiB stands in for a mapping the kernel did not align: no verdict, no exception.
+def test_region_check_gives_up_where_it_cannot_tell(tmp_path: Path, monkeypatch) -> None:
+    # A mapping the kernel did not align (a "huge page" of 2 MiB + 4 KiB stands in for it), or no smaps:
+    # no verdict, no exception, and nothing dropped.
     path = tmp_path / "data.bin"
     path.write_bytes(bytes(8 * MIB))
-    monkeypatch.setattr(hugepages, "HUGE_PAGE_BYTES", 1 << 40)
-    monkeypatch.setattr(hugepages, "CHUNK_BYTES", 4 * MIB)
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert hugepages._chunks_in_small_folios(fd, path, 8 * MIB) is None
+        with monkeypatch.context() as patch:
+            patch.setattr(hugepages, "HUGE_PAGE_BYTES", 2 * MIB + 4096)
+            assert hugepages._huge_mapped(fd, path, [0, 4 * MIB]) is None
+        with monkeypatch.context() as patch:
+            patch.setattr(hugepages, "_mapped_huge_bytes_by_address", lambda path: None)
+            assert hugepages._huge_mapped(fd, path, [0]) is None
+            patch.setattr(hugepages, "MIN_FILE_BYTES", 4 * MIB)
+            patch.setattr(hugepages, "_drop_cached", lambda *args: pytest.fail("dropped without a verdict"))
+            with open(path, "rb") as f:
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            assert hugepages.map_in_huge_pages(mapping, path) is False
+            mapping.close()
+        assert hugepages._huge_mapped(fd, path, []) == []
     finally:
         os.close(fd)
