@@ -40,7 +40,7 @@ class PromptCache:
         self.context = context
         self.limit = limit  # sessions alive at once, idle ones included
         self._idle: list[Any] = []  # Session, least recently used first
-        self.hits = 0  # requests that continued from an idle session
+        self.hits = 0  # requests that started from another request's cache (handed over or copied)
         self.reused_tokens = 0  # prompt tokens those requests did not prefill
 
     @property
@@ -68,7 +68,10 @@ class PromptCache:
                 session = self.model.new_session(self.context)
             else:  # at the bound: the least recently used idle session's memory, emptied
                 session = self._idle.pop(0)
-            session.copy_prefix(busy[busy_index], busy_length) if busy_length else session.rewind(0)
+            if busy_length:
+                session.copy_prefix(busy[busy_index], busy_length)
+            else:
+                session.rewind(0)
             reused = busy_length
         if reused:
             self.hits += 1
