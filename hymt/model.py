@@ -270,9 +270,12 @@ class Session:
         self.cancel = cancel  # polled before every layer; None: never cancelled
         self.tokens: list[int] = []  # ids of positions 0..position-1
         cfg = model.config
-        self._kv_width = cfg.kv_heads * cfg.head_dim
-        self.keys: list[np.ndarray] = [np.empty((0, self._kv_width), np.float32)] * cfg.layers  # [cap, K*D]
-        self.values: list[np.ndarray] = list(self.keys)  # [cap, K*D]
+        self._kv_heads, self._head_dim = cfg.kv_heads, cfg.head_dim
+        # [K, cap, D] per layer, kv head major: an attention task works on one kv head, so it streams that
+        # head's positions as one contiguous run (position-major rows [cap, K*D] made it read D floats of
+        # every K*D, a stride the hardware prefetcher follows poorly)
+        self.keys: list[np.ndarray] = [np.empty((cfg.kv_heads, 0, cfg.head_dim), np.float32)] * cfg.layers
+        self.values: list[np.ndarray] = list(self.keys)  # [K, cap, D]
 
     @property
     def cancelled(self) -> bool:
@@ -302,18 +305,18 @@ class Session:
         self.position = 0
         self.reserve(length)
         for mine, theirs in zip(self.keys + self.values, source.keys + source.values, strict=True):
-            mine[:length] = theirs[:length]
+            mine[:, :length] = theirs[:, :length]
         self.position = length
         self.tokens = source.tokens[:length]
 
     @property
     def capacity(self) -> int:
-        return self.keys[0].shape[0]
+        return self.keys[0].shape[1]
 
     @property
     def kv_bytes(self) -> int:
         """Bytes of KV cache allocated now."""
-        return 2 * len(self.keys) * self.capacity * self._kv_width * 4
+        return 2 * len(self.keys) * self._kv_heads * self.capacity * self._head_dim * 4
 
     def reserve(self, end: int) -> None:
         """Grow every layer's cache (256-position steps, at most the context) to hold positions < end."""
@@ -322,10 +325,10 @@ class Session:
         capacity = min(self.context, -(-end // KV_GROWTH) * KV_GROWTH)
         keys, values = [], []
         for old_k, old_v in zip(self.keys, self.values, strict=True):
-            new_k = np.empty((capacity, self._kv_width), np.float32)
-            new_v = np.empty((capacity, self._kv_width), np.float32)
-            new_k[: self.position] = old_k[: self.position]
-            new_v[: self.position] = old_v[: self.position]
+            new_k = np.empty((self._kv_heads, capacity, self._head_dim), np.float32)
+            new_v = np.empty((self._kv_heads, capacity, self._head_dim), np.float32)
+            new_k[:, : self.position] = old_k[:, : self.position]
+            new_v[:, : self.position] = old_v[:, : self.position]
             keys.append(new_k)
             values.append(new_v)
         self.keys, self.values = keys, values

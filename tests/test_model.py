@@ -367,8 +367,14 @@ def test_kv_cache_grows_in_steps_of_256(dense):
     assert session.capacity == 0
     dense.forward(session, [1])
     assert session.capacity == 256
+    first = [c[:, :1].copy() for c in session.keys + session.values]
     dense.prefill(session, [2] * 300)
     assert session.capacity == 512 and session.position == 301
+    cfg = dense.config
+    assert session.keys[0].shape == (cfg.kv_heads, 512, cfg.head_dim)  # [K, cap, D]: kv head major
+    assert session.kv_bytes == 2 * cfg.layers * cfg.kv_heads * 512 * cfg.head_dim * 4
+    for cache, kept in zip(session.keys + session.values, first, strict=True):  # every kv head's rows moved
+        np.testing.assert_array_equal(cache[:, :1], kept)
     dense.prefill(session, [3] * 299)
     assert session.capacity == 600 and session.position == 600
 
@@ -545,7 +551,7 @@ def test_decode_step_in_one_call_equals_layer_by_layer(synthetic, preset, fmt):
         for step in range(3):
             pairs = [(s, [tokens[30 + step + i]]) for i, s in enumerate(sessions)]
             logits += model.forward(pairs) if batched else [model.forward(s, t) for s, t in pairs]
-        caches = [c[: s.position] for s in sessions for c in s.keys + s.values]
+        caches = [c[:, : s.position] for s in sessions for c in s.keys + s.values]
         return logits, caches
 
     previous = kernels.get_num_threads()
@@ -585,8 +591,8 @@ def test_rewound_session_continues_bit_identically(synthetic, preset, fmt):
     np.testing.assert_array_equal(logits, expected)
     assert reused.tokens == prompt
     for layer in range(model.config.layers):
-        np.testing.assert_array_equal(reused.keys[layer][:45], fresh.keys[layer][:45])
-        np.testing.assert_array_equal(reused.values[layer][:45], fresh.values[layer][:45])
+        np.testing.assert_array_equal(reused.keys[layer][:, :45], fresh.keys[layer][:, :45])
+        np.testing.assert_array_equal(reused.values[layer][:, :45], fresh.values[layer][:, :45])
 
 
 def test_rewind_checks_and_token_record(dense):

@@ -32,7 +32,8 @@ def ref_rope(x: np.ndarray, positions: np.ndarray, freqs: np.ndarray) -> np.ndar
 
 
 def ref_attention(q, keys, values, start, heads, kv_heads):
-    """q[n, H, D], keys/values[start + n, K, D] → [n, H, D] causal GQA in float64."""
+    """q[n, H, D], keys/values[start + n, K, D] → [n, H, D] causal GQA in float64 (position-major rows: pass
+    a kernel cache [K, cap, D] as ``by_position(cache)``)."""
     n, _, D = q.shape
     out = np.zeros(q.shape)
     for t in range(n):
@@ -42,6 +43,11 @@ def ref_attention(q, keys, values, start, heads, kv_heads):
             p = np.exp(s - s.max())
             out[t, h] = (p / p.sum()) @ values[: start + t + 1, kv].astype(np.float64)
     return out
+
+
+def by_position(cache: np.ndarray) -> np.ndarray:
+    """A kv-head-major cache [K, cap, D] viewed as position rows [cap, K, D]."""
+    return cache.transpose(1, 0, 2)
 
 
 def test_add_rmsnorm_matches_float64():
@@ -180,7 +186,7 @@ def test_causal_attention_does_not_see_future_values():
     q = np.ones((2, H * D), np.float32)
     k = np.zeros((2, K * D), np.float32)
     v = np.array([[2, 4], [100, 200]], np.float32)
-    keys, values = np.zeros((4, 2), np.float32), np.zeros((4, 2), np.float32)
+    keys, values = np.zeros((K, 4, D), np.float32), np.zeros((K, 4, D), np.float32)
     out = np.empty((2, H * D), np.float32)
     ops.attention(q, k, v, keys, values, 0, H, K, out)
     np.testing.assert_array_equal(out[0], [2, 4, 2, 4])
@@ -195,15 +201,13 @@ def test_causal_attention_does_not_see_future_values():
 
 def test_attention_matches_float64_gqa():
     n, start, H, K, D = 5, 6, 8, 2, 16
-    cache_k, cache_v = rand(16, K * D), rand(16, K * D)
+    cache_k, cache_v = rand(K, 16, D), rand(K, 16, D)
     q, k, v = rand(n, H * D), rand(n, K * D), rand(n, K * D)
     out = np.empty((n, H * D), np.float32)
     ops.attention(q, k, v, cache_k, cache_v, start, H, K, out)
-    np.testing.assert_array_equal(cache_k[start : start + n], k)
-    np.testing.assert_array_equal(cache_v[start : start + n], v)
-    expected = ref_attention(
-        q.reshape(n, H, D), cache_k.reshape(16, K, D), cache_v.reshape(16, K, D), start, H, K
-    )
+    np.testing.assert_array_equal(by_position(cache_k)[start : start + n], k.reshape(n, K, D))
+    np.testing.assert_array_equal(by_position(cache_v)[start : start + n], v.reshape(n, K, D))
+    expected = ref_attention(q.reshape(n, H, D), by_position(cache_k), by_position(cache_v), start, H, K)
     np.testing.assert_allclose(out.reshape(n, H, D), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -214,11 +218,11 @@ def test_attention_online_softmax_every_family_and_any_split(D):
     bits on all of them, and a token gets the same bits whether its prompt runs in one call, in uneven
     chunks or one token at a time (a score scale of 4 makes later tiles raise the running max)."""
     n, start, H, K = 45, 30, 8, 2
-    cache_k, cache_v = rand(96, K * D), rand(96, K * D)
+    cache_k, cache_v = rand(K, 96, D), rand(K, 96, D)
     q, k, v = 4 * rand(n, H * D), rand(n, K * D), rand(n, K * D)
     expected = ref_attention(
-        q.reshape(n, H, D), np.concatenate([cache_k[:start], k]).reshape(-1, K, D),
-        np.concatenate([cache_v[:start], v]).reshape(-1, K, D), start, H, K,
+        q.reshape(n, H, D), np.concatenate([by_position(cache_k)[:start], k.reshape(n, K, D)]),
+        np.concatenate([by_position(cache_v)[:start], v.reshape(n, K, D)]), start, H, K,
     )  # fmt: skip
     results = []
     for family in kernels.supported_isas():
@@ -238,15 +242,30 @@ def test_attention_online_softmax_every_family_and_any_split(D):
 
 
 def test_attention_rejects_overflowing_cache():
+    """Caches are [K, capacity, D] and C-contiguous (the kernel steps capacity·D floats from one kv head to
+    the next): a write past the capacity, a cache of another shape or a strided view never reaches C."""
     q, k = rand(2, 4), rand(2, 2)
-    keys = np.zeros((2, 2), np.float32)
+    out = np.empty((2, 4), np.float32)
+    keys = np.zeros((1, 2, 2), np.float32)
     with pytest.raises(KernelError):
-        ops.attention(q, k, k, keys, keys.copy(), 1, 2, 1, np.empty((2, 4), np.float32))
+        ops.attention(q, k, k, keys, keys.copy(), 1, 2, 1, out)
+    fits = np.zeros((1, 3, 2), np.float32)
+    ops.attention(q, k, k, fits, fits.copy(), 1, 2, 1, out)
+    for wrong in ((2, 3, 1), (1, 4, 2), (1, 3, 4)):  # kv heads, capacity, head size unlike the keys'
+        with pytest.raises(KernelError):
+            ops.attention(q, k, k, fits, np.zeros(wrong, np.float32), 1, 2, 1, out)
+    with pytest.raises(KernelError):  # two kv heads of one dim: k says one head of two
+        ops.attention(q, k, k, np.zeros((2, 3, 1), np.float32), np.zeros((2, 3, 1), np.float32), 1, 2, 1, out)
+    big = np.zeros((2, 8, 1), np.float32)
+    with pytest.raises(ValueError):  # a view whose two kv heads lie 8 positions apart, not its capacity 3
+        ops.attention(q, k, k, big[:, :3], big[:, :3].copy(), 1, 2, 2, out)
+    with pytest.raises(ValueError):  # the old position-major [capacity, K*D] layout
+        ops.attention(q, k, k, np.zeros((3, 2), np.float32), np.zeros((3, 2), np.float32), 1, 2, 1, out)
 
 
 def test_ops_independent_of_thread_count():
     n, start, H, K, D = 7, 300, 16, 4, 128
-    cache = rand(512, K * D), rand(512, K * D)
+    cache = rand(K, 512, D), rand(K, 512, D)
     q, k, v = rand(n, H * D), rand(n, K * D), rand(n, K * D)
     freqs = ops.rope_freqs(11158840.0, D)
     positions = np.arange(start, start + n, dtype=np.int64)
@@ -341,8 +360,8 @@ def test_layer_matches_float64_dense_block():
     h, H, K, D, F, eps = 64, 4, 2, 16, 96, 1e-5
     layer, w, norms, freqs = _dense_layer(h, H, K, D, F)
     past, n = 5, 3  # one session: 5 cached positions, then 3 new tokens
-    keys, values = np.zeros((16, K * D), np.float32), np.zeros((16, K * D), np.float32)
-    keys[:past], values[:past] = rand(past, K * D), rand(past, K * D)
+    keys, values = np.zeros((K, 16, D), np.float32), np.zeros((K, 16, D), np.float32)
+    keys[:, :past], values[:, :past] = rand(K, past, D), rand(K, past, D)
     hidden, delta = rand(n, h), rand(n, h)
     residual = (hidden.astype(np.float64) + delta).astype(np.float32)
     x, q, k, v, attended = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D))
@@ -355,11 +374,12 @@ def test_layer_matches_float64_dense_block():
     kr = ref_rope((xr @ w["k"].T).reshape(n, K, D), positions, freqs)
     qr, kr = ref_rmsnorm(qr, norms["q"], eps), ref_rmsnorm(kr, norms["k"], eps)
     vr = (xr @ w["v"].T).reshape(n, K, D)
-    kc = np.concatenate([keys[:past].reshape(past, K, D), kr])
-    vc = np.concatenate([values[:past].reshape(past, K, D), vr])
+    kc = np.concatenate([by_position(keys)[:past], kr])
+    vc = np.concatenate([by_position(values)[:past], vr])
     ar = ref_attention(qr, kc, vc, past, H, K).reshape(n, H * D)
     np.testing.assert_array_equal(hidden, residual)
-    np.testing.assert_allclose(keys[past : past + n].reshape(n, K, D), kr, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(by_position(keys)[past : past + n], kr, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(by_position(values)[past : past + n], vr, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(delta, ar @ w["o"].T, rtol=1e-3, atol=1e-3)
     after = (hidden.astype(np.float64) + delta).astype(np.float32)
     ffn = np.empty((n, F), np.float32)
@@ -375,10 +395,25 @@ def test_layer_rejects_bad_segments_and_shapes():
     n = 2
     bufs = [np.zeros((n, c), np.float32) for c in (h, h, h, H * D, K * D, K * D, H * D)]
     positions = np.arange(6, 8, dtype=np.int64)
-    small = np.zeros((7, K * D), np.float32)  # positions 6..7 do not fit
+    small = np.zeros((K, 7, D), np.float32)  # positions 6..7 do not fit
     with pytest.raises(KernelError):
         layer.attention(*bufs, positions, np.array([0, n], np.int64), [small], [small.copy()])
-    fits = np.zeros((8, K * D), np.float32)
+    fits = np.zeros((K, 8, D), np.float32)
+    for wrong in ((K + 1, 8, D), (K, 9, D), (K, 8, D + 1)):  # values unlike the keys
+        with pytest.raises(KernelError):
+            layer.attention(
+                *bufs, positions, np.array([0, n], np.int64), [fits], [np.zeros(wrong, np.float32)]
+            )
+    for wrong in ((K + 1, 8, D), (K - 1, 8, D), (K, 8, D + 1)):  # both unlike the layer's kv heads
+        with pytest.raises(KernelError):
+            layer.attention(*bufs, positions, np.array([0, n], np.int64), [np.zeros(wrong, np.float32)],
+                            [np.zeros(wrong, np.float32)])  # fmt: skip
+    big = np.zeros((K, 16, D), np.float32)
+    with pytest.raises(ValueError):  # a strided view: its kv heads lie 16 positions apart, not 8
+        layer.attention(*bufs, positions, np.array([0, n], np.int64), [big[:, :8]], [big[:, :8].copy()])
+    with pytest.raises(ValueError):  # the old position-major [capacity, K*D] layout
+        layer.attention(*bufs, positions, np.array([0, n], np.int64), [np.zeros((8, K * D), np.float32)],
+                        [np.zeros((8, K * D), np.float32)])  # fmt: skip
     for bounds in ([0, 1], [0, 3], [1, 2], [0, 2, 2]):
         with pytest.raises(KernelError):
             layer.attention(*bufs, positions, np.array(bounds, np.int64), [fits] * (len(bounds) - 1),
@@ -396,7 +431,7 @@ def test_layer_attention_of_several_sessions_equals_each_alone():
     h, H, K, D = 64, 16, 4, 128
     layer, *_ = _dense_layer(h, H, K, D, 96)
     sessions = [(100, 1), (37, 3), (260, 1), (5, 2)]  # (cached positions, new tokens): work crosses 2^17
-    caches = [(rand(300, K * D), rand(300, K * D)) for _ in sessions]
+    caches = [(rand(K, 300, D), rand(K, 300, D)) for _ in sessions]
     n = sum(rows for _, rows in sessions)
     hidden, delta = rand(n, h), rand(n, h)
     bounds = np.cumsum([0] + [rows for _, rows in sessions]).astype(np.int64)
@@ -426,7 +461,7 @@ def test_layer_prepares_decode_heads_in_tasks_as_in_one_pass():
     h, H, K, D = 64, 16, 4, 128
     layer, _, norms, freqs = _dense_layer(h, H, K, D, 96)
     sessions = [(100, 1), (37, 3), (260, 1), (5, 9)]  # the last one (9 tokens) forces the one-pass path
-    caches = [(rand(300, K * D), rand(300, K * D)) for _ in sessions]
+    caches = [(rand(K, 300, D), rand(K, 300, D)) for _ in sessions]
     bounds = np.cumsum([0] + [rows for _, rows in sessions]).astype(np.int64)
     positions = np.concatenate([np.arange(p, p + rows) for p, rows in sessions]).astype(np.int64)
     hidden, delta = rand(int(bounds[-1]), h), rand(int(bounds[-1]), h)
@@ -457,7 +492,7 @@ def test_layer_attention_with_ffn_equals_two_calls():
     h, H, K, D, F = 64, 4, 2, 16, 96
     layer, *_ = _dense_layer(h, H, K, D, F)
     past, n = 7, 2
-    keys, values = rand(16, K * D), rand(16, K * D)
+    keys, values = rand(K, 16, D), rand(K, 16, D)
     hidden, delta = rand(n, h), rand(n, h)
     positions = np.arange(past, past + n, dtype=np.int64)
     bounds = np.array([0, n], np.int64)
@@ -487,7 +522,7 @@ def test_run_layers_equals_one_call_per_layer():
     layers = [_dense_layer(h, H, K, D, F)[0] for _ in range(3)]
     sessions = [(7, 1), (20, 1), (3, 1)]  # (cached positions, new tokens): a decode step of three sessions
     n = len(sessions)
-    caches = [[(rand(32, K * D), rand(32, K * D)) for _ in sessions] for _ in layers]  # [layer][session]
+    caches = [[(rand(K, 32, D), rand(K, 32, D)) for _ in sessions] for _ in layers]  # [layer][session]
     hidden, delta = rand(n, h), rand(n, h)
     positions = np.array([p for p, _ in sessions], np.int64)
     bounds = np.arange(n + 1, dtype=np.int64)
@@ -629,7 +664,7 @@ def test_run_layers_with_moe_blocks_equals_one_call_per_layer():
     E, used, width = 8, 3, 48
     layers = [dense, *moe_layers]
     n = 3  # a decode step of three sessions
-    caches = [[(rand(32, K * D), rand(32, K * D)) for _ in range(n)] for _ in layers]
+    caches = [[(rand(K, 32, D), rand(K, 32, D)) for _ in range(n)] for _ in layers]
     hidden, delta = rand(n, h), rand(n, h)
     positions, bounds = np.array([7, 20, 3], np.int64), np.arange(n + 1, dtype=np.int64)
     results = []

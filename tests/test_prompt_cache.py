@@ -149,12 +149,12 @@ def test_session_cancelled_mid_prefill_is_reused_safely(model: Any) -> None:
     cache = PromptCache(model, 256, limit=1)
     session = cache.take(long_prompt, busy=[])
     model.forward(session, long_prompt[:20])
-    before = session.keys[0][20:170].copy()
+    before = session.keys[0][:, 20:170].copy()
     session.cancel = cancel_after_one_layer
     with pytest.raises(ModelError, match="^request cancelled$"):
         model.forward(session, long_prompt[20:170])
     assert session.position == 20 and not session.poisoned
-    assert not np.array_equal(session.keys[0][20:170], before)  # the first layer wrote its rows
+    assert not np.array_equal(session.keys[0][:, 20:170], before)  # the first layer wrote its rows
     cache.give(session)
     request = request_for(prompts()[1], 7)
     reused = cache.take(request.prompt_ids, busy=[])
@@ -230,8 +230,8 @@ def test_prompt_cache_copies_a_longer_prefix_from_a_running_session(model: Any) 
     fresh = model.new_session(64)
     np.testing.assert_array_equal(model.forward(copy, [2]), model.forward(fresh, [5, 6, 7, 8, 2]))
     for layer in range(model.config.layers):
-        np.testing.assert_array_equal(copy.keys[layer][:5], fresh.keys[layer][:5])
-        np.testing.assert_array_equal(copy.values[layer][:5], fresh.values[layer][:5])
+        np.testing.assert_array_equal(copy.keys[layer][:, :5], fresh.keys[layer][:, :5])
+        np.testing.assert_array_equal(copy.values[layer][:, :5], fresh.values[layer][:, :5])
     # at the bound, the copy goes into the least recently used idle session
     second = cache.take([5, 6, 7, 3], busy=[running, copy])
     assert second is idle and second.tokens == [5, 6, 7] and cache.idle == 0

@@ -421,15 +421,18 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
 }
 
 /* One attention task: tokens [t0, t1) of one segment (absolute positions start + t) and kv heads
- * [kv0, kv1), each with the H/K query heads sharing it; q and out are the segment's [n, H, D] rows.
+ * [kv0, kv1), each with the H/K query heads sharing it; q and out are the segment's [n, H, D] rows;
+ * keys and values are the segment's [K, cap, D] caches, hs = cap · D floats from one kv head to the next
+ * (a kv head's positions are consecutive rows of D floats, so a task streams contiguous memory).
  * scratch: rows · (T + 17) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
  * running 16-lane sums [rows, 16] and max [rows], then 16 floats so hymt_bcast16 may load 16 from any max.
  * Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
  * Keys and values are read only at positions < start + t + 1 of each token. CW: see
  * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
-    const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
-    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW, const int PB) {
+    const float *q, const float *keys, const float *values, int64_t hs, int64_t start, int64_t t0, int64_t t1,
+    int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW,
+    const int PB) {
     enum { T = HYMT_OPS_ATTENTION_TILE };
     const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
@@ -440,27 +443,28 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
      * prefetches one tile ahead per kv head, so without this a decode meets each kv head's first tile
      * cold (the products between layers evict the cache), one demand miss after another */
     if (t1 - t0 == 1)
-        for (int64_t p = 0; p < (T < end ? T : end); p++)
-            for (int64_t d = kv0 * D; d < kv1 * D; d += 16) {
-                __builtin_prefetch(keys + p * K * D + d);
-                __builtin_prefetch(values + p * K * D + d);
+        for (int64_t kv = kv0; kv < kv1; kv++)
+            for (int64_t d = 0; d < (T < end ? T : end) * D; d += 16) {
+                __builtin_prefetch(keys + kv * hs + d);
+                __builtin_prefetch(values + kv * hs + d);
             }
     for (int64_t p0 = 0; p0 < end; p0 += T) {
         const int64_t tile_end = p0 + T < end ? p0 + T : end;
         /* tokens whose position is below p0 see none of this tile: start from the first that does */
         const int64_t first = p0 - start > t0 ? p0 - start : t0;
         for (int64_t kv = kv0; kv < kv1; kv++) {
+            const float *kh = keys + kv * hs, *vh = values + kv * hs; /* this kv head's [cap, D] rows */
             /* the next tile's rows of this kv head, a cache line at a time: a decode streams the whole
-             * cache from memory in runs of D floats K·D apart, in two arrays, which the hardware prefetcher
-             * follows poorly (4 kv heads at position 1500, cold cache: 0.61 -> 0.44 ms a layer). Decode
-             * blocks only: a block of several tokens spends longer on each tile, and a 1024-token prefill
-             * measured ~3 % slower with the hints */
+             * cache from memory, in two arrays, which the hardware prefetcher alone follows poorly (with
+             * position-major rows, 4 kv heads at position 1500, cold: 0.61 -> 0.44 ms a layer; with this
+             * layout's contiguous runs, 32 layers at 1024 positions, cold: 15.5 -> 10.6 ms). Decode blocks
+             * only: a block of several tokens spends longer on each tile, and a 1024-token prefill measured
+             * ~3 % slower with the hints */
             const int64_t next_end = t1 - t0 > 1 ? tile_end : tile_end + T < end ? tile_end + T : end;
-            for (int64_t p = tile_end; p < next_end; p++)
-                for (int64_t d = 0; d < D; d += 16) {
-                    __builtin_prefetch(keys + (p * K + kv) * D + d);
-                    __builtin_prefetch(values + (p * K + kv) * D + d);
-                }
+            for (int64_t d = tile_end * D; d < next_end * D; d += 16) {
+                __builtin_prefetch(kh + d);
+                __builtin_prefetch(vh + d);
+            }
             /* scores: token by token (the tile's key rows stay in L1 between tokens); with PB = 4, four
              * key rows at a time against four heads, reduced together */
             for (int64_t t = first; t < t1; t++) {
@@ -472,17 +476,16 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     for (; g + 4 <= group; g += 4) {
                         int64_t p = p0;
                         for (; p + 4 <= pe; p += 4)
-                            hymt_attention_scores4x4(qh + g * D, keys + (p * K + kv) * D, K * D, D, scale,
-                                                     s + g * T + p);
+                            hymt_attention_scores4x4(qh + g * D, kh + p * D, D, D, scale, s + g * T + p);
                         for (; p < pe; p++)
-                            hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                            hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4);
                     }
                 for (; g + 4 <= group; g += 4)
                     for (int64_t p = p0; p < pe; p++)
-                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 4);
+                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4);
                 for (; g < group; g++)
                     for (int64_t p = p0; p < pe; p++)
-                        hymt_attention_scores(qh + g * D, keys + (p * K + kv) * D, D, scale, s + g * T + p, 1);
+                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 1);
             }
             for (int64_t t = first; t < t1; t++) {
                 const int64_t p1 = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* this token's keys */
@@ -525,12 +528,11 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     }
                     hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_splat16(c) + tile_sum : tile_sum);
                 }
-                const float *v = values + kv * D;
                 int64_t g = 0;
                 for (; g + 4 <= group; g += 4)
-                    hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW);
+                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW);
                 for (; g < group; g++)
-                    hymt_attention_values(v, K * D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
+                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
             }
         }
     }
@@ -547,36 +549,37 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
 }
 
 typedef void (*hymt_attention_task_fn)(const float *, const float *, const float *, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *);
+                                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *);
 
 /* The reference: the element-wise vector code lowered to the baseline ISA (SSE2 on x86, NEON on arm64). */
-static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t start,
-                                        int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
-                                        int64_t D, float *scratch, float *out) {
-    hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
+static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t hs,
+                                        int64_t start, int64_t t0, int64_t t1, int64_t kv0, int64_t kv1,
+                                        int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
+    hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* The same operations on 256-bit registers (no fma: -ffp-contract=off keeps every multiply and add). */
 __attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
-                                                                      const float *values, int64_t start,
-                                                                      int64_t t0, int64_t t1, int64_t kv0,
-                                                                      int64_t kv1, int64_t H, int64_t K,
-                                                                      int64_t D, float *scratch, float *out) {
+                                                                      const float *values, int64_t hs,
+                                                                      int64_t start, int64_t t0, int64_t t1,
+                                                                      int64_t kv0, int64_t kv1, int64_t H,
+                                                                      int64_t K, int64_t D, float *scratch,
+                                                                      float *out) {
     if (D == 128) /* every Hy-MT2 model: constant trip counts keep the sums in registers */
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1);
     else
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
 }
 
 /* On 512-bit registers: one lane vector per 16 lanes, 4 heads × 64 dims of value sums in registers. */
 __attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_attention_task_avx512(
-    const float *q, const float *keys, const float *values, int64_t start, int64_t t0, int64_t t1, int64_t kv0,
-    int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
+    const float *q, const float *keys, const float *values, int64_t hs, int64_t start, int64_t t0, int64_t t1,
+    int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
     if (D == 128)
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4);
     else
-        hymt_attention_task_body(q, keys, values, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4);
 }
 #endif
 
@@ -600,28 +603,30 @@ typedef struct {
 } hymt_attention_prep;
 
 /* Append rows [t0, t1) of segment s (batch rows row0 + t, cache rows start + t), kv heads [kv0, kv1), of
- * prep's k and v to the segment's caches. */
-static inline void hymt_attention_append(const hymt_attention_prep *prep, int64_t s, int64_t start, int64_t row0,
-                                         int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t K, int64_t D) {
-    const size_t bytes = (size_t)((kv1 - kv0) * D) * sizeof(float);
-    for (int64_t t = t0; t < t1; t++) {
-        memcpy(prep->key_caches[s] + ((start + t) * K + kv0) * D, prep->k + ((row0 + t) * K + kv0) * D, bytes);
-        memcpy(prep->value_caches[s] + ((start + t) * K + kv0) * D, prep->v + ((row0 + t) * K + kv0) * D, bytes);
-    }
+ * prep's k and v to the segment's [K, cap, D] caches (hs = cap · D floats per kv head). */
+static inline void hymt_attention_append(const hymt_attention_prep *prep, int64_t s, int64_t hs, int64_t start,
+                                         int64_t row0, int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t K,
+                                         int64_t D) {
+    const size_t bytes = (size_t)D * sizeof(float);
+    for (int64_t kv = kv0; kv < kv1; kv++)
+        for (int64_t t = t0; t < t1; t++) {
+            memcpy(prep->key_caches[s] + kv * hs + (start + t) * D, prep->k + ((row0 + t) * K + kv) * D, bytes);
+            memcpy(prep->value_caches[s] + kv * hs + (start + t) * D, prep->v + ((row0 + t) * K + kv) * D, bytes);
+        }
 }
 
 /* prep's work for tokens [t0, t1) of segment s (batch rows row0 + t, cache rows start + t) and kv heads
  * [kv0, kv1) with their query heads: the same operations per element as hymt_qk_norm_rope and a copy. */
-static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, int64_t start, int64_t row0,
-                                   int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H, int64_t K,
-                                   int64_t D) {
+static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, int64_t hs, int64_t start,
+                                   int64_t row0, int64_t t0, int64_t t1, int64_t kv0, int64_t kv1, int64_t H,
+                                   int64_t K, int64_t D) {
     const int64_t group = H / K;
     /* the cache rows about to be written, for writing: their read-for-ownership misses (the rows are new,
      * nothing has touched them) overlap the norms and rotations below instead of stalling the copies */
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t d = kv0 * D; d < kv1 * D; d += 16) {
-            __builtin_prefetch(prep->key_caches[s] + (start + t) * K * D + d, 1);
-            __builtin_prefetch(prep->value_caches[s] + (start + t) * K * D + d, 1);
+    for (int64_t kv = kv0; kv < kv1; kv++)
+        for (int64_t d = start * D + t0 * D; d < start * D + t1 * D; d += 16) {
+            __builtin_prefetch(prep->key_caches[s] + kv * hs + d, 1);
+            __builtin_prefetch(prep->value_caches[s] + kv * hs + d, 1);
         }
     for (int64_t t = t0; t < t1; t++) {
         const int64_t r = row0 + t;
@@ -630,19 +635,19 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
                              prep->q_norm, prep->eps, prep->norm_first);
         hymt_norm_rope_heads(prep->k + (r * K + kv0) * D, kv1 - kv0, D, pos, prep->freqs, prep->k_norm, prep->eps,
                              prep->norm_first);
-        hymt_attention_append(prep, s, start, row0, t, t + 1, kv0, kv1, K, D);
+        hymt_attention_append(prep, s, hs, start, row0, t, t + 1, kv0, kv1, K, D);
     }
 }
 
 /* Causal grouped-query attention for S segments (sessions) in one parallel region. Segment s has rows[s]
  * new tokens at positions starts[s].. whose keys and values are already in its cache; its queries and
- * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [cap, K, D] (cap >=
- * starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (block of up to
+ * outputs are rows row0[s].. of q[N, H, D] and out[N, H, D]; keys[s]/values[s] are [K, caps[s], D] (kv head
+ * major; caps[s] >= starts[s] + rows[s]). Query head h reads kv head h / (H / K). Tasks are (block of up to
  * HYMT_OPS_ATTENTION_QUERIES consecutive tokens of a segment, run of kv heads) over all segments: a block's
- * kv heads are split into as few runs as still give every thread work (a task reads whole cache rows where
- * it can: splitting 4 decoding sessions' kv heads over 2 threads, 8 tasks instead of 4, doubled the attention's
- * share of decode samples — each core's prefetchers also fetch the other half of every row). One region for
- * the whole batch matters when several sessions decode together: one token each is too little work to
+ * kv heads are split into as few runs as still give every thread work (with the earlier position-major
+ * cache, splitting 4 decoding sessions' kv heads over 2 threads, 8 tasks instead of 4, doubled the
+ * attention's share of decode samples — each core's prefetchers also fetched the other half of every
+ * row). One region for the whole batch matters when several sessions decode together: one token each is too little work to
  * share alone, together it is not. Each query row computes exactly as alone (see above), so results do not depend on
  * the batch, the blocks or the thread count. isa: the kernel family (enum hymt_isa numbering: 0 scalar,
  * 1 avx2, 2 avx512). prep (or NULL: done by the caller, the caches already hold the new keys and values):
@@ -651,9 +656,9 @@ static void hymt_attention_prepare(const hymt_attention_prep *prep, int64_t s, i
  * so that work runs in the parallel region on rows still in cache, not in a serial pass before it;
  * otherwise it runs first, over all rows. Returns -1 if scratch allocation failed. */
 static int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
-                                   const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                   int64_t H, int64_t K, int64_t D, float *out, int threads, int isa,
-                                   const hymt_attention_prep *prep) {
+                                   const int64_t *starts, const int64_t *row0, const int64_t *rows,
+                                   const int64_t *caps, int64_t S, int64_t H, int64_t K, int64_t D, float *out,
+                                   int threads, int isa, const hymt_attention_prep *prep) {
     hymt_attention_task_fn task_fn = hymt_attention_task_generic;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (isa == 1) task_fn = hymt_attention_task_avx2;
@@ -682,7 +687,7 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
             int64_t s = 0, first = item;
             while (first >= (rows[s] + 15) / 16) first -= (rows[s] + 15) / 16, s++;
             const int64_t t0 = 16 * first, t1 = t0 + 16 < rows[s] ? t0 + 16 : rows[s];
-            hymt_attention_append(prep, s, starts[s], row0[s], t0, t1, 0, K, K, D);
+            hymt_attention_append(prep, s, caps[s] * D, starts[s], row0[s], t0, t1, 0, K, K, D);
         }
         prep = NULL;
     }
@@ -712,9 +717,10 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
             const int64_t b = task / runs, kv0 = task % runs * per, kv1 = kv0 + per < K ? kv0 + per : K;
             if (scratch == NULL) continue;
             const int64_t s = block[2 * b], t0 = block[2 * b + 1], t1 = t0 + QB < rows[s] ? t0 + QB : rows[s];
-            if (prep != NULL) hymt_attention_prepare(prep, s, starts[s], row0[s], t0, t1, kv0, kv1, H, K, D);
-            task_fn(q + row0[s] * H * D, keys[s], values[s], starts[s], t0, t1, kv0, kv1, H, K, D, scratch,
-                    out + row0[s] * H * D);
+            if (prep != NULL)
+                hymt_attention_prepare(prep, s, caps[s] * D, starts[s], row0[s], t0, t1, kv0, kv1, H, K, D);
+            task_fn(q + row0[s] * H * D, keys[s], values[s], caps[s] * D, starts[s], t0, t1, kv0, kv1, H, K, D,
+                    scratch, out + row0[s] * H * D);
         }
         free(scratch);
     }
@@ -722,11 +728,12 @@ static int hymt_attention_segments(const float *q, const float *const *keys, con
     return failed ? -1 : 0;
 }
 
-/* One segment: n new tokens at positions start..start+n-1 (q[n, H, D], keys/values[cap, K, D], out[n, H, D]). */
+/* One segment: n new tokens at positions start..start+n-1 (q[n, H, D], keys/values[K, cap, D], out[n, H, D]). */
 static int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
-                          int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
+                          int64_t cap, int64_t H, int64_t K, int64_t D, float *out, int threads, int isa) {
     const int64_t row0 = 0;
-    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, 1, H, K, D, out, threads, isa, NULL);
+    return hymt_attention_segments(q, &keys, &values, &start, &row0, &n, &cap, 1, H, K, D, out, threads, isa,
+                                   NULL);
 }
 
 static inline float hymt_sigmoid(float x) {

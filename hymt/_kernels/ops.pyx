@@ -23,8 +23,8 @@ cdef extern from "ops.h" nogil:
     void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t K, int64_t D, const int64_t *pos,
                            const float *freqs, const float *q_norm, const float *k_norm, float eps,
                            int norm_first, int threads)
-    int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n, int64_t H,
-                       int64_t K, int64_t D, float *out, int threads, int isa)
+    int hymt_attention(const float *q, const float *keys, const float *values, int64_t start, int64_t n,
+                       int64_t cap, int64_t H, int64_t K, int64_t D, float *out, int threads, int isa)
     ctypedef struct hymt_attention_prep:
         float *q
         float *k
@@ -38,9 +38,9 @@ cdef extern from "ops.h" nogil:
         float eps
         int norm_first
     int hymt_attention_segments(const float *q, const float *const *keys, const float *const *values,
-                                const int64_t *starts, const int64_t *row0, const int64_t *rows, int64_t S,
-                                int64_t H, int64_t K, int64_t D, float *out, int threads, int isa,
-                                const hymt_attention_prep *prep)
+                                const int64_t *starts, const int64_t *row0, const int64_t *rows,
+                                const int64_t *caps, int64_t S, int64_t H, int64_t K, int64_t D, float *out,
+                                int threads, int isa, const hymt_attention_prep *prep)
     void hymt_moe_route(const float *logits, const float *bias, int64_t n, int64_t E, int64_t used, int normalize,
                         float scale, int32_t *selected, float *weights, float *scratch)
     ctypedef struct hymt_moe_matrix:
@@ -141,27 +141,30 @@ def qk_norm_rope(float[:, ::1] q, float[:, ::1] k, int heads, int kv_heads, cons
                           &k_norm[0], eps, norm_first, threads)
 
 
-def attention(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] v, float[:, ::1] keys,
-              float[:, ::1] values, int64_t start, int heads, int kv_heads, float[:, ::1] out, int threads=1):
-    """Append k/v[n, K*D] to the cache at rows start..start+n-1, then causal GQA attention of q[n, H*D].
+def attention(const float[:, ::1] q, const float[:, ::1] k, const float[:, ::1] v, float[:, :, ::1] keys,
+              float[:, :, ::1] values, int64_t start, int heads, int kv_heads, float[:, ::1] out, int threads=1):
+    """Append k/v[n, K*D] to the cache at positions start..start+n-1, then causal GQA attention of q[n, H*D].
 
-    keys/values: [capacity, K*D] float32 caches; out: [n, H*D]. Query head t uses kv head t // (H/K).
+    keys/values: [K, capacity, D] float32 caches (kv head major); out: [n, H*D]. Query head t uses kv head
+    t // (H/K).
     """
-    cdef int64_t n = q.shape[0], kvw = keys.shape[1], D
-    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or kvw % kv_heads:
+    cdef int64_t n = q.shape[0], cap = keys.shape[1], D = keys.shape[2], t, kv
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or keys.shape[0] != kv_heads:
         raise KernelError("attention: invalid head counts")
-    D = kvw // kv_heads
-    if (D == 0 or q.shape[1] != heads * D or k.shape[0] != n or v.shape[0] != n or k.shape[1] != kvw
-            or v.shape[1] != kvw or values.shape[0] != keys.shape[0] or values.shape[1] != kvw
-            or out.shape[0] != n or out.shape[1] != heads * D or start < 0 or start + n > keys.shape[0]):
+    if (D == 0 or q.shape[1] != heads * D or k.shape[0] != n or v.shape[0] != n or k.shape[1] != kv_heads * D
+            or v.shape[1] != kv_heads * D or values.shape[0] != kv_heads or values.shape[1] != cap
+            or values.shape[2] != D or out.shape[0] != n or out.shape[1] != heads * D or start < 0
+            or start + n > cap):
         raise KernelError("attention: shape mismatch")
     if n == 0:
         return
     cdef int status, isa = _active_isa()
     with nogil:
-        memcpy(&keys[start, 0], &k[0, 0], n * kvw * sizeof(float))
-        memcpy(&values[start, 0], &v[0, 0], n * kvw * sizeof(float))
-        status = hymt_attention(&q[0, 0], &keys[0, 0], &values[0, 0], start, n, heads, kv_heads, D,
+        for kv in range(kv_heads):
+            for t in range(n):
+                memcpy(&keys[kv, start + t, 0], &k[t, kv * D], D * sizeof(float))
+                memcpy(&values[kv, start + t, 0], &v[t, kv * D], D * sizeof(float))
+        status = hymt_attention(&q[0, 0], &keys[0, 0, 0], &values[0, 0, 0], start, n, cap, heads, kv_heads, D,
                                 &out[0, 0], threads, isa)
     if status:
         raise MemoryError("attention scratch")
@@ -294,7 +297,8 @@ cdef int _block_forward(const _Block *b, float *hidden, float *delta, float *x, 
                         const int64_t *positions, float **caches, const int64_t *segs, int64_t S, int threads,
                         int isa) noexcept nogil:
     """Layer.attention on checked buffers (ffn and moe NULL: no FFN); nonzero if a kernel's scratch failed.
-    caches: [S] key then [S] value cache pointers; segs: [S] starts, [S] first rows, [S] row counts."""
+    caches: [S] key then [S] value cache pointers; segs: [S] starts, [S] first rows, [S] row counts,
+    [S] capacities."""
     cdef hymt_attention_prep prep
     hymt_add_rmsnorm_rows(hidden, delta, b.attn_norm, x, n, b.h, b.eps, threads)
     cdef int status = _mm.qkv(b.wq.f, b.wq.w, b.wq.rows, b.wk.f, b.wk.w, b.wk.rows, b.wv.f, b.wv.w, b.wv.rows,
@@ -305,7 +309,8 @@ cdef int _block_forward(const _Block *b, float *hidden, float *delta, float *x, 
     prep.q_norm, prep.k_norm = b.q_norm, b.k_norm
     prep.eps, prep.norm_first = b.eps, b.norm_first
     status |= hymt_attention_segments(q, <const float *const *>caches, <const float *const *>(caches + S), segs,
-                                      segs + S, segs + 2 * S, S, b.H, b.K, b.D, attended, threads, isa, &prep)
+                                      segs + S, segs + 2 * S, segs + 3 * S, S, b.H, b.K, b.D, attended, threads,
+                                      isa, &prep)
     status |= _mm.matmul(b.wo.f, b.wo.w, b.h, b.H * b.D, attended, n, delta, b.float_path)
     if ffn != NULL or moe != NULL:
         status |= _block_ffn(b, hidden, delta, x, ffn, moe, n, threads)
@@ -343,22 +348,24 @@ cdef int _check_buffers(const _Block *b, float[:, ::1] hidden, float[:, ::1] del
 
 
 cdef int _segment_caches(const int64_t[::1] positions, const int64_t[::1] bounds, list keys, list values,
-                         int64_t kvw, float **caches, int64_t *segs) except -1:
-    """caches ([S] key then [S] value cache pointers) and segs ([S] starts, first rows, row counts) of one
-    layer's segments, each cache [capacity, kvw] float32 with room for its segment's rows."""
-    cdef int64_t S = bounds.shape[0] - 1, s, r0, rows, start
-    cdef float[:, ::1] kc, vc
+                         int64_t K, int64_t D, float **caches, int64_t *segs) except -1:
+    """caches ([S] key then [S] value cache pointers) and segs ([S] starts, first rows, row counts,
+    capacities) of one layer's segments, each cache [K, capacity, D] float32 (kv head major) with room for
+    its segment's rows."""
+    cdef int64_t S = bounds.shape[0] - 1, s, r0, rows, start, cap
+    cdef float[:, :, ::1] kc, vc
     if len(keys) != S or len(values) != S:
         raise KernelError("layer: invalid segments")
     for s in range(S):
         r0, rows = bounds[s], bounds[s + 1] - bounds[s]
         kc, vc = keys[s], values[s]
         start = positions[r0] if rows > 0 else -1
-        if (rows < 1 or start < 0 or kc.shape[1] != kvw or vc.shape[1] != kvw or vc.shape[0] != kc.shape[0]
-                or start + rows > kc.shape[0]):
+        cap = kc.shape[1]
+        if (rows < 1 or start < 0 or kc.shape[0] != K or kc.shape[2] != D or vc.shape[0] != K
+                or vc.shape[1] != cap or vc.shape[2] != D or start + rows > cap):
             raise KernelError("layer: invalid segments")
-        caches[s], caches[S + s] = &kc[0, 0], &vc[0, 0]
-        segs[s], segs[S + s], segs[2 * S + s] = start, r0, rows
+        caches[s], caches[S + s] = &kc[0, 0, 0], &vc[0, 0, 0]
+        segs[s], segs[S + s], segs[2 * S + s], segs[3 * S + s] = start, r0, rows, cap
     return 0
 
 
@@ -453,7 +460,8 @@ cdef class Layer:
 
         hidden, delta, x: [N, h]; scratch q, attended: [N, H*D]; k, v: [N, K*D]; positions: [N].
         Segment s (one session) holds rows bounds[s]..bounds[s+1]-1 (bounds: [S+1] from 0 to N); its rows
-        are appended to keys[s] / values[s] ([capacity, K*D] float32) from row positions[bounds[s]] on.
+        are appended to keys[s] / values[s] ([K, capacity, D] float32, kv head major) from position
+        positions[bounds[s]] on.
         With ffn ([N, F] scratch) or moe (an N-row MoEScratch) the block's FFN follows in the same call (as
         ``dense_ffn`` / ``moe_ffn``; a dense block needs ffn, a MoE block moe): one call per layer.
         """
@@ -518,10 +526,10 @@ def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, 
     if L == 0 or len(keys) != L or len(values) != L:
         raise KernelError("layers: one key and one value cache list per layer")
     # blocks: [L] block pointers (the Layer objects stay alive in ``layers``); caches: [L][2S] cache pointers;
-    # segs: [L][3S] starts, first rows, row counts (the same for every layer, checked per layer's caches)
+    # segs: [L][4S] starts, first rows, row counts, capacities (checked per layer's caches)
     cdef const _Block **blocks = <const _Block **>malloc(L * sizeof(_Block *))
     cdef float **caches = <float **>malloc(L * 2 * S * sizeof(float *))
-    cdef int64_t *segs = <int64_t *>malloc(L * 3 * S * sizeof(int64_t))
+    cdef int64_t *segs = <int64_t *>malloc(L * 4 * S * sizeof(int64_t))
     cdef int status = 0, isa = _active_isa()
     cdef float *ffn_ptr = NULL
     cdef const hymt_moe_scratch *moe_ptr = NULL
@@ -531,8 +539,8 @@ def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, 
         for l in range(L):
             layer = layers[l]
             _check_buffers(&layer.b, hidden, delta, x, q, k, v, attended, positions, bounds, ffn, moe)
-            _segment_caches(positions, bounds, keys[l], values[l], layer.b.K * layer.b.D, caches + 2 * S * l,
-                            segs + 3 * S * l)
+            _segment_caches(positions, bounds, keys[l], values[l], layer.b.K, layer.b.D, caches + 2 * S * l,
+                            segs + 4 * S * l)
             blocks[l] = &layer.b
         if ffn is not None:
             ffn_ptr = &ffn[0, 0]
@@ -542,7 +550,7 @@ def run_layers(list layers, float[:, ::1] hidden, float[:, ::1] delta, float[:, 
             for l in range(L):
                 status |= _block_forward(blocks[l], &hidden[0, 0], &delta[0, 0], &x[0, 0], &q[0, 0], &k[0, 0],
                                          &v[0, 0], &attended[0, 0], ffn_ptr, moe_ptr, n, &positions[0],
-                                         caches + 2 * S * l, segs + 3 * S * l, S, threads, isa)
+                                         caches + 2 * S * l, segs + 4 * S * l, S, threads, isa)
     finally:
         free(blocks)
         free(caches)
