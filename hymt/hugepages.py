@@ -84,6 +84,9 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
         by_address = _mapped_huge_bytes_by_address(path)
         if by_address is not None and by_address.get(address, 0) >= len(cached) * HUGE_PAGE_BYTES:
             return False
+        # Unmapped here again before the regions are mapped one by one: a page mapped twice counts twice in
+        # the process's resident size, which would otherwise peak near twice the file.
+        mapping.madvise(mmap.MADV_DONTNEED)
         huge = _huge_mapped(fd, path, [int(offset) for offset in cached])
         if huge is None:
             return False

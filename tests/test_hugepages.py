@@ -32,6 +32,22 @@ def _plainly_mapped_huge_bytes(path: Path) -> int:
     return huge
 
 
+def _resident_bytes_of_mappings(path: Path, length: int) -> int:
+    """Resident bytes (``Rss``) of this process's mappings of ``path`` that are ``length`` bytes long."""
+    total, counting = 0, False
+    target = os.path.realpath(path)
+    with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            fields = line.split(maxsplit=5)
+            if fields and "-" in fields[0] and not fields[0].endswith(":"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                named = len(fields) == 6 and fields[5].rstrip("\n") == target
+                counting = named and end - start >= length
+            elif counting and fields and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
+
+
 def _written_in_small_pages(tmp_path: Path, seed: int) -> tuple[Path, bytes, np.ndarray]:
     """A 16 MiB one-tensor GGUF written in 4 KiB pieces, which leaves its page cache in 4 KiB folios (skips
     where the kernel caches it in huge folios anyway); its path, bytes and the tensor [2048, 2048]."""
@@ -92,7 +108,20 @@ def test_only_the_regions_cached_in_small_pages_are_dropped(tmp_path: Path, monk
         os.fsync(fd)
     finally:
         os.close(fd)
+    # The file's own mapping holds no pages while the regions are mapped one by one (a page mapped twice
+    # counts twice in the resident size, which would peak near twice the file).
+    resident: list[int] = []
+    check = hugepages._huge_mapped
+    monkeypatch.setattr(
+        hugepages,
+        "_huge_mapped",
+        lambda fd, p, offsets: (
+            resident.append(_resident_bytes_of_mappings(path, 16 * MIB)),
+            check(fd, p, offsets),
+        )[1],
+    )
     with GGUFFile(path) as gguf:
+        assert resident == [0, 0]  # the scan, then the probe
         assert dropped == [(12 * MIB, 2 * MIB), (10 * MIB, 2 * MIB)]  # the probe first
         data = gguf.tensor("w").data
         assert np.array_equal(data.view(np.float32).reshape(2048, 2048), weights)
