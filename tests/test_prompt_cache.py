@@ -267,3 +267,18 @@ def test_requests_arriving_together_share_the_prefix_of_an_earlier_one(model: An
     assert sorted(recording.fed.values()) == expected_fed
     for (seed, prompt), got in zip(enumerate(others, 60), outputs, strict=True):
         assert got == run_alone(model, request_for(prompt, seed))
+
+
+def test_server_flag_turns_the_cache_off(model: Any) -> None:
+    from hymt.serve import build_parser
+    from hymt.server import ServerConfig, create_app
+
+    assert build_parser().parse_args([]).prompt_cache is True
+    assert build_parser().parse_args(["--no-prompt-cache"]).prompt_cache is False
+    for enabled in (True, False):
+        app = create_app(ServerConfig(model_id="test", threads=1, prompt_cache=enabled), model=model)
+        engine = app.extensions["hymt"].engine
+        try:
+            assert (engine.prompt_cache is not None) is enabled
+        finally:
+            engine.shutdown()
