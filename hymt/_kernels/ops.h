@@ -264,16 +264,21 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
  * Each query row (token t at absolute position start + t, query head h, kv head h / (H/K)) runs one fixed
  * sequence of float operations that depends only on its own inputs and position, so the result is the
  * same whatever tokens, sessions or threads share the call:
- *   score_p = hsum16(Σ_i q_i·k_pi over lanes i % 16) · (1/√D)   (lane l adds its products in i order;
- *             hsum16 adds lanes l and l+8, then l and l+4, then (0+2)+(1+3))
+ *   score_p = hsum16(Σ_i q_i·k_pi over lanes i % 16) · (1/√D)   (lane l accumulates fma(q_i, k_pi, acc) in
+ *             i order, from 0; hsum16 adds lanes l and l+8, then l and l+4, then (0+2)+(1+3))
  *   keys are taken in tiles of HYMT_OPS_ATTENTION_TILE positions at absolute positions 0, T, 2T, ...
  *   (the last tile ends at the row's own position); per tile, an online softmax:
  *     m' = max(m, max_p score_p)            (the first tile: m' = its max, no rescaling)
  *     c = e^(m − m');  sum16 = sum16·c;  out = out·c
- *     e_p = e^(score_p − m');  out += e_p · v_p in position order;
+ *     e_p = e^(score_p − m');  out = fma(e_p, v_p, out) in position order;
  *     sum16 += (E_0 + E_1 + ... in order), E_j the 16 lanes e_p of positions p0 + 16j + l (lane l), 0 for
  *     positions past the row's last key       (the first tile: sum16 = that chunk sum, no rescaling)
  *   finally out = out · (1/hsum16(sum16)).
+ * The multiply-adds of q·k and p·v are fused (hymt_fma16: one rounding, exact in IEEE, so the same bits in
+ * every family; with separate multiplies and adds they were twice the vector operations: 2048-token prefill
+ * of the 1.8B 9.5 -> 8.1 s at 2 threads). The generic x86 build has no fma instruction (SSE2): it calls
+ * libm's fmaf per lane, which makes that family's attention several times slower; it is the fallback for
+ * pre-Haswell CPUs only (every avx2-family CPU has FMA, cpu.h). On arm64 the generic build uses fmla.
  * e^x is hymt_exp16 (vec16.h), element-wise, so its vector width does not matter. The 16-lane running sum
  * and the lane-wise max keep a tile's softmax in vector registers: a scalar running sum over the tile's
  * positions was a 32-add dependency chain per query head and tile, about a third of a decode's compute.
@@ -283,10 +288,12 @@ static void hymt_qk_norm_rope(float *q, float *k, int64_t n, int64_t H, int64_t 
  * token and head. The 16-lane sums fill an AVX-512 register; AVX2 and the generic build (the reference,
  * also the NEON build) lower the same element-wise vector code to narrower registers with the same bits. */
 
-/* Consecutive tokens of one session per task: they share each K/V tile (prefill); 4 tokens × 4 query
- * heads × 128 dims of queries and outputs (16 KB) plus a 32-position K and V tile of one kv head (32 KB)
- * about fill L1 and L2's nearest part. */
-#define HYMT_OPS_ATTENTION_QUERIES 4
+/* Consecutive tokens of one session per task: they share each K/V tile (prefill), so a prefill streams
+ * every kv head's keys and values once per block of this many tokens (at 4, a 2048-token prompt read
+ * ~70 GB of K/V over its 32 layers, mostly from L3). 16: 1024-token prefill of the 1.8B 3.1 -> 2.6 s,
+ * 2048 8.1 -> 7.6 s at 2 threads (8: 2.64 / 8.14 s; 32: 2.89 / 8.22 s: fewer tasks to balance, and the
+ * queries of a task no longer stay near L1). The results do not depend on it (see above). */
+#define HYMT_OPS_ATTENTION_QUERIES 16
 
 typedef float hymt_v4f __attribute__((vector_size(16)));
 
@@ -318,27 +325,137 @@ static inline __attribute__((always_inline)) float hymt_hmax16(hymt_v16f a) {
     return a[0];
 }
 
+/* a · b + c per lane, fused (one rounding): exact in IEEE, so every family gives the same bits. F: the
+ * family (a constant after inlining): 2 one AVX-512 vfmadd; 0 the generic build: fmla on arm64 (FMA is
+ * baseline there), libm's fmaf per lane on x86 (SSE2 has no fma: slow, see the attention comment); the
+ * AVX2 family (1) runs on 8-lane halves instead (hymt_attention_scores_pairs). The x86 builtins sit in
+ * dead branches of the other families' functions: GCC checks their ISA only when it emits them (an
+ * intrinsic, always_inline with a target, would not build in the generic function). */
+static inline __attribute__((always_inline)) hymt_v16f hymt_fma16(hymt_v16f a, hymt_v16f b, hymt_v16f c,
+                                                                 const int F) {
+#if defined(__clang__) && defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_fma)
+    (void)F;
+    return __builtin_elementwise_fma(a, b, c);
+#endif
+#elif defined(__x86_64__) && defined(__GNUC__)
+    if (F == 2) return __builtin_ia32_vfmaddps512_mask(a, b, c, (__mmask16)-1, _MM_FROUND_CUR_DIRECTION);
+#elif defined(__aarch64__)
+    (void)F; /* the lane loop below is fmla (FMA is baseline on arm64) */
+#endif
+    hymt_v16f r;
+    for (int l = 0; l < 16; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+}
+
+/* p[0] in every lane for family F (see hymt_fma16), from memory: one vbroadcastss load in the AVX-512
+ * build (hymt_bcast16's load and register shuffle took a shuffle slot per broadcast from the
+ * multiply-adds in the value loop; GCC 12 makes a splat of a loaded float 16 masked broadcasts). */
+static inline __attribute__((always_inline)) hymt_v16f hymt_bcast_f16(const float *p, const int F) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (F == 2)
+        return __builtin_ia32_broadcastss512((hymt_v4f){p[0], 0.0f, 0.0f, 0.0f}, hymt_splat16(0.0f), (__mmask16)-1);
+#else
+    (void)F;
+#endif
+    return hymt_bcast16(p);
+}
+
 /* Lane indices 0..15. */
 static inline __attribute__((always_inline)) hymt_v16i hymt_iota16(void) {
     return (hymt_v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 }
 
+/* The AVX2 family's q·k and p·v on pairs of 8-lane halves (lanes 0..7, 8..15 of the 16-lane sequence):
+ * GCC 12 keeps a 16-float vector in two ymm registers for element-wise operations, but splitting one into
+ * halves for vfmadd goes element by element through the stack (the attention 3x slower than unfused).
+ * The same operations per lane as the 16-lane code, so the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HYMT_OPS_FMA8_PAIRS 1
+static inline __attribute__((always_inline)) hymt_v8f hymt_fma8(hymt_v8f a, hymt_v8f b, hymt_v8f c) {
+    return __builtin_ia32_vfmaddps256(a, b, c);
+}
+
+/* hymt_attention_scores for F = 1. */
+static inline __attribute__((always_inline)) void hymt_attention_scores_pairs(const float *q, const float *k,
+                                                                             int64_t D, float scale,
+                                                                             float *scores, const int gn) {
+    hymt_v8f lo[4], hi[4];
+    for (int g = 0; g < gn; g++) lo[g] = hi[g] = (hymt_v8f){0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) {
+        const hymt_v8f klo = hymt_load8(k + i), khi = hymt_load8(k + i + 8);
+        for (int g = 0; g < gn; g++) {
+            lo[g] = hymt_fma8(hymt_load8(q + g * D + i), klo, lo[g]);
+            hi[g] = hymt_fma8(hymt_load8(q + g * D + i + 8), khi, hi[g]);
+        }
+    }
+    for (int g = 0; g < gn; g++) {
+        if (i < D) { /* D % 16 tail: products go to lanes 0.. in i order */
+            float l[16];
+            hymt_store8(l, lo[g]);
+            hymt_store8(l + 8, hi[g]);
+            for (int64_t j = i, m = 0; j < D; j++, m++) l[m] = fmaf(q[g * D + j], k[j], l[m]);
+            lo[g] = hymt_load8(l);
+            hi[g] = hymt_load8(l + 8);
+        }
+        const hymt_v8f b = lo[g] + hi[g]; /* hymt_hsum16's tree */
+        const hymt_v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+        scores[g * HYMT_OPS_ATTENTION_TILE] = ((c[0] + c[2]) + (c[1] + c[3])) * scale;
+    }
+}
+
+/* hymt_attention_values for F = 1 (16 dims at a time). */
+static inline __attribute__((always_inline)) void hymt_attention_values_pairs(const float *v, int64_t stride,
+                                                                             int64_t p0, int64_t p1, int64_t D,
+                                                                             const float *scores, float *out,
+                                                                             const int gn) {
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        hymt_v8f lo[4], hi[4];
+        for (int g = 0; g < gn; g++) lo[g] = hymt_load8(out + g * D + d), hi[g] = hymt_load8(out + g * D + d + 8);
+        for (int64_t p = p0; p < p1; p++) {
+            const hymt_v8f vlo = hymt_load8(v + p * stride + d), vhi = hymt_load8(v + p * stride + d + 8);
+            for (int g = 0; g < gn; g++) {
+                const hymt_v8f e = __builtin_ia32_vbroadcastss256(scores + g * HYMT_OPS_ATTENTION_TILE + p - p0);
+                lo[g] = hymt_fma8(e, vlo, lo[g]);
+                hi[g] = hymt_fma8(e, vhi, hi[g]);
+            }
+        }
+        for (int g = 0; g < gn; g++) hymt_store8(out + g * D + d, lo[g]), hymt_store8(out + g * D + d + 8, hi[g]);
+    }
+    for (; d < D; d++)
+        for (int g = 0; g < gn; g++) {
+            float acc = out[g * D + d];
+            for (int64_t p = p0; p < p1; p++) acc = fmaf(scores[g * HYMT_OPS_ATTENTION_TILE + p - p0], v[p * stride + d], acc);
+            out[g * D + d] = acc;
+        }
+}
+#endif
+
 /* scores[g * T] = score of query heads q[gn, D] (gn <= 4, a constant after inlining) against key k[D]:
  * one lane vector per head, so the key row is loaded once for gn independent chains. */
 static inline __attribute__((always_inline)) void hymt_attention_scores(const float *q, const float *k, int64_t D,
-                                                                       float scale, float *scores, const int gn) {
+                                                                       float scale, float *scores, const int gn,
+                                                                       const int F) {
+#ifdef HYMT_OPS_FMA8_PAIRS
+    if (F == 1) {
+        hymt_attention_scores_pairs(q, k, D, scale, scores, gn);
+        return;
+    }
+#endif
     hymt_v16f acc[4];
     for (int g = 0; g < gn; g++) acc[g] = hymt_splat16(0.0f);
     int64_t i = 0;
     for (; i + 16 <= D; i += 16) {
         const hymt_v16f kk = hymt_load16(k + i);
-        for (int g = 0; g < gn; g++) acc[g] += hymt_load16(q + g * D + i) * kk;
+        for (int g = 0; g < gn; g++) acc[g] = hymt_fma16(hymt_load16(q + g * D + i), kk, acc[g], F);
     }
     for (int g = 0; g < gn; g++) {
         if (i < D) { /* D % 16 tail: products go to lanes 0.. in i order */
             float l[16];
             hymt_store16(l, acc[g]);
-            for (int64_t j = i, m = 0; j < D; j++, m++) l[m] += q[g * D + j] * k[j];
+            for (int64_t j = i, m = 0; j < D; j++, m++) l[m] = fmaf(q[g * D + j], k[j], l[m]);
             acc[g] = hymt_load16(l);
         }
         scores[g * HYMT_OPS_ATTENTION_TILE] = hymt_hsum16(acc[g]) * scale;
@@ -351,7 +468,7 @@ static inline __attribute__((always_inline)) void hymt_attention_scores(const fl
  * third of the reduction work. Needs 16 accumulators in registers: the AVX-512 build only. */
 static inline __attribute__((always_inline)) void hymt_attention_scores4x4(const float *q, const float *k,
                                                                           int64_t stride, int64_t D, float scale,
-                                                                          float *scores) {
+                                                                          float *scores, const int F) {
     hymt_v16f acc[16]; /* acc[g * 4 + j] */
     for (int a = 0; a < 16; a++) acc[a] = hymt_splat16(0.0f);
     for (int64_t i = 0; i < D; i += 16) {
@@ -359,7 +476,7 @@ static inline __attribute__((always_inline)) void hymt_attention_scores4x4(const
         for (int j = 0; j < 4; j++) kk[j] = hymt_load16(k + j * stride + i);
         for (int g = 0; g < 4; g++) {
             const hymt_v16f qq = hymt_load16(q + g * D + i);
-            for (int j = 0; j < 4; j++) acc[g * 4 + j] += qq * kk[j];
+            for (int j = 0; j < 4; j++) acc[g * 4 + j] = hymt_fma16(qq, kk[j], acc[g * 4 + j], F);
         }
     }
     hymt_v16f l1[8], l2[4], l3[2]; /* lane l + 8 added to l; then + 4; then + 2; then + 1 */
@@ -394,7 +511,13 @@ static inline __attribute__((always_inline)) void hymt_attention_scores4x4(const
 static inline __attribute__((always_inline)) void hymt_attention_values(const float *v, int64_t stride, int64_t p0,
                                                                        int64_t p1, int64_t D,
                                                                        const float *scores, float *out,
-                                                                       const int gn, const int CW) {
+                                                                       const int gn, const int CW, const int F) {
+#ifdef HYMT_OPS_FMA8_PAIRS
+    if (F == 1) {
+        hymt_attention_values_pairs(v, stride, p0, p1, D, scores, out, gn);
+        return;
+    }
+#endif
     int64_t d = 0;
     for (; d + 16 * CW <= D; d += 16 * CW) {
         hymt_v16f acc[4][4];
@@ -405,8 +528,8 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
             hymt_v16f vv[4];
             for (int m = 0; m < CW; m++) vv[m] = hymt_load16(row + 16 * m);
             for (int g = 0; g < gn; g++) {
-                const hymt_v16f e = hymt_bcast16(scores + g * HYMT_OPS_ATTENTION_TILE + p - p0);
-                for (int m = 0; m < CW; m++) acc[g][m] += e * vv[m];
+                const hymt_v16f e = hymt_bcast_f16(scores + g * HYMT_OPS_ATTENTION_TILE + p - p0, F);
+                for (int m = 0; m < CW; m++) acc[g][m] = hymt_fma16(e, vv[m], acc[g][m], F);
             }
         }
         for (int g = 0; g < gn; g++)
@@ -415,7 +538,7 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
     for (; d < D; d++)
         for (int g = 0; g < gn; g++) {
             float acc = out[g * D + d];
-            for (int64_t p = p0; p < p1; p++) acc += scores[g * HYMT_OPS_ATTENTION_TILE + p - p0] * v[p * stride + d];
+            for (int64_t p = p0; p < p1; p++) acc = fmaf(scores[g * HYMT_OPS_ATTENTION_TILE + p - p0], v[p * stride + d], acc);
             out[g * D + d] = acc;
         }
 }
@@ -432,7 +555,7 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
 static inline __attribute__((always_inline)) void hymt_attention_task_body(
     const float *q, const float *keys, const float *values, int64_t hs, int64_t start, int64_t t0, int64_t t1,
     int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out, const int CW,
-    const int PB) {
+    const int PB, const int F) {
     enum { T = HYMT_OPS_ATTENTION_TILE };
     const int64_t group = H / K, kvn = kv1 - kv0, rows = (t1 - t0) * kvn * group, end = start + t1;
     const float scale = 1.0f / sqrtf((float)D);
@@ -476,16 +599,16 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     for (; g + 4 <= group; g += 4) {
                         int64_t p = p0;
                         for (; p + 4 <= pe; p += 4)
-                            hymt_attention_scores4x4(qh + g * D, kh + p * D, D, D, scale, s + g * T + p);
+                            hymt_attention_scores4x4(qh + g * D, kh + p * D, D, D, scale, s + g * T + p, F);
                         for (; p < pe; p++)
-                            hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4);
+                            hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4, F);
                     }
                 for (; g + 4 <= group; g += 4)
                     for (int64_t p = p0; p < pe; p++)
-                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4);
+                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 4, F);
                 for (; g < group; g++)
                     for (int64_t p = p0; p < pe; p++)
-                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 1);
+                        hymt_attention_scores(qh + g * D, kh + p * D, D, scale, s + g * T + p, 1, F);
             }
             for (int64_t t = first; t < t1; t++) {
                 const int64_t p1 = start + t + 1 < tile_end ? start + t + 1 : tile_end; /* this token's keys */
@@ -509,30 +632,36 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                     if (p0 > 0) {
                         const float prev = maxs[r0 + g];
                         m = m > prev ? m : prev;
-                        c = hymt_exp16(hymt_splat16(prev - m))[0];
+                        /* an unchanged max: hymt_exp16(0) is exactly 1 (n = 0, r = 0, p = 1, 2^0), and x · 1 is
+                         * x, so the exp and the rescale of out are skipped with the same bits (most tiles of
+                         * a long row leave the max where it is; 1024/2048-token prefill ~2 % faster) */
+                        const float diff = prev - m;
+                        c = diff == 0.0f ? 1.0f : hymt_exp16(hymt_ops_splat16(diff))[0];
+                    }
+                    if (p0 > 0 && c != 1.0f) {
                         float *og = o + g * D;
-                        const hymt_v16f cv = hymt_splat16(c);
+                        const hymt_v16f cv = hymt_ops_splat16(c);
                         int64_t d = 0;
                         for (; d + 16 <= D; d += 16) hymt_store16(og + d, hymt_load16(og + d) * cv);
                         for (; d < D; d++) og[d] *= c;
                     }
                     maxs[r0 + g] = m;
-                    const hymt_v16f mv = hymt_bcast16(maxs + r0 + g);
-                    hymt_v16f tile_sum = hymt_splat16(0.0f);
+                    const hymt_v16f mv = hymt_ops_splat16(m);
+                    hymt_v16f tile_sum = hymt_ops_splat16(0.0f);
                     for (int64_t p = 0; p < T; p += 16) {
                         const hymt_v16i live = hymt_iota16() < (int32_t)(keys_in - p);
                         const hymt_v16f e =
-                            hymt_select16(live, hymt_exp16(hymt_load16(s + p) - mv), hymt_splat16(0.0f));
+                            hymt_select16(live, hymt_exp16(hymt_load16(s + p) - mv), hymt_ops_splat16(0.0f));
                         hymt_store16(s + p, e);
                         tile_sum = p == 0 ? e : tile_sum + e;
                     }
-                    hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_splat16(c) + tile_sum : tile_sum);
+                    hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_ops_splat16(c) + tile_sum : tile_sum);
                 }
                 int64_t g = 0;
                 for (; g + 4 <= group; g += 4)
-                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW);
+                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 4, CW, F);
                 for (; g < group; g++)
-                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW);
+                    hymt_attention_values(vh, D, p0, p1, D, scores + (r0 + g) * T, o + g * D, 1, CW, F);
             }
         }
     }
@@ -543,7 +672,7 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                 const float inv = 1.0f / hymt_hsum16(hymt_load16(sums + r * 16));
                 float *o = out + (t * H + kv * group + g) * D;
                 int64_t d = 0;
-                for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_splat16(inv));
+                for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_ops_splat16(inv));
                 for (; d < D; d++) o[d] *= inv;
             }
 }
@@ -555,31 +684,31 @@ typedef void (*hymt_attention_task_fn)(const float *, const float *, const float
 static void hymt_attention_task_generic(const float *q, const float *keys, const float *values, int64_t hs,
                                         int64_t start, int64_t t0, int64_t t1, int64_t kv0, int64_t kv1,
                                         int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
-    hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
+    hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1, 0);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The same operations on 256-bit registers (no fma: -ffp-contract=off keeps every multiply and add). */
-__attribute__((target("avx2"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
+/* The same operations on 256-bit registers (the fused multiply-adds as vfmadd on two registers). */
+__attribute__((target("avx2,fma"))) static void hymt_attention_task_avx2(const float *q, const float *keys,
                                                                       const float *values, int64_t hs,
                                                                       int64_t start, int64_t t0, int64_t t1,
                                                                       int64_t kv0, int64_t kv1, int64_t H,
                                                                       int64_t K, int64_t D, float *scratch,
                                                                       float *out) {
     if (D == 128) /* every Hy-MT2 model: constant trip counts keep the sums in registers */
-        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 1, 1, 1);
     else
-        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 1, 1, 1);
 }
 
 /* On 512-bit registers: one lane vector per 16 lanes, 4 heads × 64 dims of value sums in registers. */
-__attribute__((target("avx2,avx512f,avx512vl,avx512dq"))) static void hymt_attention_task_avx512(
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq"))) static void hymt_attention_task_avx512(
     const float *q, const float *keys, const float *values, int64_t hs, int64_t start, int64_t t0, int64_t t1,
     int64_t kv0, int64_t kv1, int64_t H, int64_t K, int64_t D, float *scratch, float *out) {
     if (D == 128)
-        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, 128, scratch, out, 4, 4, 2);
     else
-        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4);
+        hymt_attention_task_body(q, keys, values, hs, start, t0, t1, kv0, kv1, H, K, D, scratch, out, 4, 4, 2);
 }
 #endif
 
