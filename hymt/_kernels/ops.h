@@ -548,7 +548,7 @@ static inline __attribute__((always_inline)) void hymt_attention_values(const fl
  * keys and values are the segment's [K, cap, D] caches, hs = cap · D floats from one kv head to the next
  * (a kv head's positions are consecutive rows of D floats, so a task streams contiguous memory).
  * scratch: rows · (T + 17) + 16 floats, rows = (t1 - t0) · (kv1 - kv0) · (H/K): scores [rows, T], the
- * running 16-lane sums [rows, 16] and max [rows], then 16 floats so hymt_bcast16 may load 16 from any max.
+ * running 16-lane sums [rows, 16] and max [rows], then 16 floats of padding (hymt_bcast16 loads 16 floats).
  * Row r = ((t - t0) · (kv1 - kv0) + kv - kv0) · group + g.
  * Keys and values are read only at positions < start + t + 1 of each token. CW: see
  * hymt_attention_values; PB = 4: scores of 4 key rows at a time (hymt_attention_scores4x4), else 1. */
