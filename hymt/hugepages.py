@@ -66,9 +66,7 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
         mapping.madvise(advice)
     except OSError:
         return False
-    view = np.frombuffer(mapping, np.uint8)  # [size], read-only
-    address = view.ctypes.data
-    del view
+    address = _address(mapping)
     if address % HUGE_PAGE_BYTES:
         return False  # the kernel did not align the mapping: it cannot use 2 MiB entries
     regions = size // HUGE_PAGE_BYTES  # whole 2 MiB regions of the file
@@ -77,7 +75,10 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     try:
-        cached = np.flatnonzero(_cached_regions(address, regions * HUGE_PAGE_BYTES)) * HUGE_PAGE_BYTES
+        cached = [
+            int(region) * HUGE_PAGE_BYTES
+            for region in np.flatnonzero(_cached_regions(address, regions * HUGE_PAGE_BYTES))
+        ]
         # Fast path, the usual case: every cached region touched once through this mapping (mapped now
         # rather than at first use) comes with a 2 MiB entry.
         int(np.frombuffer(mapping, np.uint8)[cached].sum())
@@ -87,10 +88,10 @@ def map_in_huge_pages(mapping: mmap.mmap, path: str | os.PathLike[str]) -> bool:
         # Unmapped here again before the regions are mapped one by one: a page mapped twice counts twice in
         # the process's resident size, which would otherwise peak near twice the file.
         mapping.madvise(mmap.MADV_DONTNEED)
-        huge = _huge_mapped(fd, path, [int(offset) for offset in cached])
+        huge = _huge_mapped(fd, path, cached)
         if huge is None:
             return False
-        small = [int(offset) for offset, is_huge in zip(cached, huge, strict=True) if not is_huge]
+        small = [offset for offset, is_huge in zip(cached, huge, strict=True) if not is_huge]
         if not small:
             return False
         # One region first: drop it, read it back. Only if that gives a 2 MiB page is it worth re-reading the
@@ -126,9 +127,7 @@ def _huge_mapped(fd: int, path: str | os.PathLike[str], offsets: list[int]) -> l
                 region = mmap.mmap(fd, HUGE_PAGE_BYTES, prot=mmap.PROT_READ, offset=offset)
                 regions.append(region)
                 region.madvise(mmap.MADV_HUGEPAGE)
-                view = np.frombuffer(region, np.uint8)  # [2 MiB], released before the close
-                addresses.append(view.ctypes.data)
-                del view
+                addresses.append(_address(region))
                 if addresses[-1] % HUGE_PAGE_BYTES:
                     return None
                 region[0]  # one fault maps the whole folio if it is a huge one
@@ -140,6 +139,14 @@ def _huge_mapped(fd: int, path: str | os.PathLike[str], offsets: list[int]) -> l
             for region in regions:
                 region.close()
     return result
+
+
+def _address(mapping: mmap.mmap) -> int:
+    """Where ``mapping`` starts in memory (through a view released at once, so the mapping can be closed)."""
+    view = np.frombuffer(mapping, np.uint8)
+    address = view.ctypes.data
+    del view
+    return address
 
 
 def _cached_regions(address: int, length: int) -> np.ndarray:

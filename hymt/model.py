@@ -256,7 +256,7 @@ def _load_block(gguf: GGUFFile, cfg: ModelConfig, i: int) -> Block:
 class Session:
     """One request's state: position, float32 KV cache per layer, poison flag and cancel callable.
 
-    ``tokens`` lists the ids whose keys and values the cache holds (``len(tokens) == position``), so a
+    ``tokens`` lists the ids whose keys and values the cache holds (``position`` is its length), so a
     later prompt that starts the same way can continue from this cache after ``rewind`` (the server's
     prompt cache). Every per-token operation reads only that token's inputs and the cache, so continuing
     from a rewound session gives the same bits as a fresh session fed the whole prompt.
@@ -265,17 +265,20 @@ class Session:
     def __init__(self, model: Model, context: int, cancel: Callable[[], bool] | None) -> None:
         self.model = model
         self.context = context
-        self.position = 0
         self.poisoned = False
         self.cancel = cancel  # polled before every layer; None: never cancelled
         self.tokens: list[int] = []  # ids of positions 0..position-1
         cfg = model.config
-        self._kv_heads, self._head_dim = cfg.kv_heads, cfg.head_dim
         # [K, cap, D] per layer, kv head major: an attention task works on one kv head, so it streams that
         # head's positions as one contiguous run (position-major rows [cap, K*D] made it read D floats of
         # every K*D, a stride the hardware prefetcher follows poorly)
         self.keys: list[np.ndarray] = [np.empty((cfg.kv_heads, 0, cfg.head_dim), np.float32)] * cfg.layers
         self.values: list[np.ndarray] = list(self.keys)  # [K, cap, D]
+
+    @property
+    def position(self) -> int:
+        """Positions the cache holds: the next token's position."""
+        return len(self.tokens)
 
     @property
     def cancelled(self) -> bool:
@@ -289,7 +292,6 @@ class Session:
             isinstance(position, int) and not isinstance(position, bool) and 0 <= position <= self.position
         ):
             raise ModelError(f"rewind position must be between 0 and {self.position}")
-        self.position = position
         del self.tokens[position:]
 
     def copy_prefix(self, source: Session, length: int) -> None:
@@ -302,11 +304,10 @@ class Session:
         limit = min(source.position, self.context)
         if not (isinstance(length, int) and not isinstance(length, bool) and 0 <= length <= limit):
             raise ModelError(f"prefix length must be between 0 and {limit}")
-        self.position = 0
+        self.tokens = []  # nothing of the old cache to keep while it grows
         self.reserve(length)
         for mine, theirs in zip(self.keys + self.values, source.keys + source.values, strict=True):
             mine[:, :length] = theirs[:, :length]
-        self.position = length
         self.tokens = source.tokens[:length]
 
     @property
@@ -316,17 +317,18 @@ class Session:
     @property
     def kv_bytes(self) -> int:
         """Bytes of KV cache allocated now."""
-        return 2 * len(self.keys) * self._kv_heads * self.capacity * self._head_dim * 4
+        return sum(cache.nbytes for cache in self.keys + self.values)
 
     def reserve(self, end: int) -> None:
         """Grow every layer's cache (256-position steps, at most the context) to hold positions < end."""
         if end <= self.capacity:
             return
         capacity = min(self.context, -(-end // KV_GROWTH) * KV_GROWTH)
+        kv_heads, _, head_dim = self.keys[0].shape
         keys, values = [], []
         for old_k, old_v in zip(self.keys, self.values, strict=True):
-            new_k = np.empty((self._kv_heads, capacity, self._head_dim), np.float32)
-            new_v = np.empty((self._kv_heads, capacity, self._head_dim), np.float32)
+            new_k = np.empty((kv_heads, capacity, head_dim), np.float32)
+            new_v = np.empty((kv_heads, capacity, head_dim), np.float32)
             new_k[:, : self.position] = old_k[:, : self.position]
             new_v[:, : self.position] = old_v[:, : self.position]
             keys.append(new_k)
@@ -562,7 +564,6 @@ class Model:
         if not np.isfinite(logits).all():
             raise ModelError("model produced non-finite logits; check model format and weights")
         for row, segment in enumerate(live):
-            segment.session.position += len(segment.tokens)
             segment.session.tokens.extend(segment.tokens.tolist())
             segment.session.poisoned = False
             results[id(segment)] = logits[row]

@@ -57,12 +57,6 @@ static inline __attribute__((always_inline)) void hymt_store8(float *p, hymt_v8f
 static const int hymt_ops_isa_generic = 0;
 static const int *hymt_ops_isa __attribute__((unused)) = &hymt_ops_isa_generic; /* read on x86 only */
 
-/* x in every lane as one broadcast (GCC 12 builds hymt_splat16 from 16 masked broadcasts for AVX-512). */
-static inline __attribute__((always_inline)) hymt_v16f hymt_ops_splat16(float x) {
-    const hymt_v16f v = {x};
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-}
-
 /* RMSNorm of R rows (R <= 4, a constant after inlining) of d floats: row r of x at x + r * stride, of out at
  * out + r * out_stride (out may be x). With add, x[r] += delta[r] first (delta rows stride apart). Then
  *   out[r][i] = x[r][i] * (1 / sqrt(s_r / d + eps)) * w[i],
@@ -95,7 +89,7 @@ static inline __attribute__((always_inline)) void hymt_rmsnorm_rows_body(float *
         }
         const float mean = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) / (float)d;
         const float inv = 1.0f / sqrtf(mean + eps);
-        const hymt_v16f iv = hymt_ops_splat16(inv);
+        const hymt_v16f iv = hymt_splat16(inv);
         int64_t j = 0;
         for (; j + 16 <= d; j += 16) hymt_store16(o + j, hymt_load16(xr + j) * iv * hymt_load16(w + j));
         for (; j < d; j++) o[j] = xr[j] * inv * w[j];
@@ -636,26 +630,26 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                          * x, so the exp and the rescale of out are skipped with the same bits (most tiles of
                          * a long row leave the max where it is; 1024/2048-token prefill ~2 % faster) */
                         const float diff = prev - m;
-                        c = diff == 0.0f ? 1.0f : hymt_exp16(hymt_ops_splat16(diff))[0];
+                        c = diff == 0.0f ? 1.0f : hymt_exp16(hymt_splat16(diff))[0];
                     }
                     if (p0 > 0 && c != 1.0f) {
                         float *og = o + g * D;
-                        const hymt_v16f cv = hymt_ops_splat16(c);
+                        const hymt_v16f cv = hymt_splat16(c);
                         int64_t d = 0;
                         for (; d + 16 <= D; d += 16) hymt_store16(og + d, hymt_load16(og + d) * cv);
                         for (; d < D; d++) og[d] *= c;
                     }
                     maxs[r0 + g] = m;
-                    const hymt_v16f mv = hymt_ops_splat16(m);
-                    hymt_v16f tile_sum = hymt_ops_splat16(0.0f);
+                    const hymt_v16f mv = hymt_splat16(m);
+                    hymt_v16f tile_sum = hymt_splat16(0.0f);
                     for (int64_t p = 0; p < T; p += 16) {
                         const hymt_v16i live = hymt_iota16() < (int32_t)(keys_in - p);
                         const hymt_v16f e =
-                            hymt_select16(live, hymt_exp16(hymt_load16(s + p) - mv), hymt_ops_splat16(0.0f));
+                            hymt_select16(live, hymt_exp16(hymt_load16(s + p) - mv), hymt_splat16(0.0f));
                         hymt_store16(s + p, e);
                         tile_sum = p == 0 ? e : tile_sum + e;
                     }
-                    hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_ops_splat16(c) + tile_sum : tile_sum);
+                    hymt_store16(sum16, p0 > 0 ? hymt_load16(sum16) * hymt_splat16(c) + tile_sum : tile_sum);
                 }
                 int64_t g = 0;
                 for (; g + 4 <= group; g += 4)
@@ -672,7 +666,7 @@ static inline __attribute__((always_inline)) void hymt_attention_task_body(
                 const float inv = 1.0f / hymt_hsum16(hymt_load16(sums + r * 16));
                 float *o = out + (t * H + kv * group + g) * D;
                 int64_t d = 0;
-                for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_ops_splat16(inv));
+                for (; d + 16 <= D; d += 16) hymt_store16(o + d, hymt_load16(o + d) * hymt_splat16(inv));
                 for (; d < D; d++) o[d] *= inv;
             }
 }

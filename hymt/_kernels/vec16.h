@@ -25,10 +25,11 @@ static inline __attribute__((always_inline)) hymt_v16f hymt_load16(const float *
 
 static inline __attribute__((always_inline)) void hymt_store16(float *p, hymt_v16f v) { memcpy(p, &v, sizeof v); }
 
-/* x in every lane. Only for values outside the inner loops: GCC 12 builds it through the stack (or as 16
- * masked broadcasts) in the AVX-512 build; hymt_bcast16 (ops.h) is the fast form. */
+/* x in every lane, as one broadcast: lane 0 shuffled to every lane (GCC 12 builds the literal
+ * {x, x, ..., x} through the stack or as 16 masked broadcasts in the AVX-512 build). */
 static inline __attribute__((always_inline)) hymt_v16f hymt_splat16(float x) {
-    return (hymt_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+    const hymt_v16f v = {x};
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
 /* Lane-wise: where take[l], a[l], else b[l]. */
