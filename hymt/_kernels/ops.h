@@ -961,6 +961,15 @@ typedef struct {
     float *out;        /* [P, h] the experts' outputs */
 } hymt_moe_scratch;
 
+/* The ungated shared expert of all n tokens: delta[n, h] = down(silu(gate · x) × (up · x)), through the
+ * first n rows of middle. */
+static int hymt_moe_shared(const hymt_mm_api *mm, const hymt_moe *m, const hymt_moe_scratch *s, const float *x,
+                           int64_t n, float *delta) {
+    const int status = mm->gate_up_silu(m->shared[0].f, m->shared[0].w, m->shared[1].f, m->shared[1].w, m->S,
+                                        m->h, x, n, s->middle, m->float_path);
+    return status | mm->matmul(m->shared[2].f, m->shared[2].w, m->h, m->S, s->middle, n, delta, m->float_path);
+}
+
 /* Expert e's run of pairs [p0, p0 + r) (r > 0): its tokens' rows of x (x itself when every token chose it,
  * always at n = 1) through gate/up into middle and down into out, on buffer rows from p0 (task schedule)
  * or 0 (one expert at a time). */
@@ -1004,9 +1013,7 @@ static int hymt_moe_ffn(const hymt_mm_api *mm, const hymt_moe *m, const float *x
     const int tasks = 0;
 #endif
     if (!tasks) {
-        status |= mm->gate_up_silu(m->shared[0].f, m->shared[0].w, m->shared[1].f, m->shared[1].w, m->S, h, x, n,
-                                   s->middle, m->float_path);
-        status |= mm->matmul(m->shared[2].f, m->shared[2].w, h, m->S, s->middle, n, delta, m->float_path);
+        status |= hymt_moe_shared(mm, m, s, x, n, delta);
         for (int64_t e = 0; e < E; e++) {
             const int64_t r = first[e + 1] - first[e];
             if (r == 0) continue;
@@ -1030,9 +1037,7 @@ static int hymt_moe_ffn(const hymt_mm_api *mm, const hymt_moe *m, const float *x
 #pragma omp for schedule(dynamic, 1) reduction(| : failed)
         for (int64_t k = 0; k < ntasks; k++) {
             if (k == 0) {
-                failed |= mm->gate_up_silu(m->shared[0].f, m->shared[0].w, m->shared[1].f, m->shared[1].w, m->S, h,
-                                           x, n, s->middle, m->float_path);
-                failed |= mm->matmul(m->shared[2].f, m->shared[2].w, h, m->S, s->middle, n, delta, m->float_path);
+                failed |= hymt_moe_shared(mm, m, s, x, n, delta);
             } else {
                 const int64_t e = s->chosen[k - 1];
                 failed |= hymt_moe_expert(mm, m, s, x, n, e, first[e], first[e + 1] - first[e], first[e]);
