@@ -358,6 +358,32 @@ def test_stq1_avx512_without_vbmi_equals_scalar(n: int) -> None:
     assert_same_floats(matmul_isa("avx512", w, x), scalar)
 
 
+@pytest.mark.skipif("avx512" not in ISAS, reason="needs AVX-512")
+@pytest.mark.parametrize(("cols", "rows"), [(2048, 165), (6144, 49), (1536, 33), (257 * 256, 17)])
+def test_stq1_single_token_stream_edges_equal_scalar(cols: int, rows: int) -> None:
+    """n = 1 on AVX-512 reads the rows as one stream in groups of 16 row-blocks that span rows: 8 and
+    24 blocks per row (lanes in runs of 8, the 16 x 8 transpose), 6 (per-lane offsets, gathers), tiles
+    and calls ending mid-group (odd row counts, a row range starting at row 3, two threads' chunks),
+    and rows wider than its buffers (257 blocks: the row-tile kernel); with VBMI and without."""
+    rng = np.random.default_rng(cols + rows)
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(1, cols, rng)[0]
+    scalar = matmul_isa("scalar", w, x)
+    row_bytes = cols // 256 * 42
+    part = PackedMatrix("part", "STQ1_0", (cols, rows - 3), w.data[3 * row_bytes :])
+    threads = kernels.get_num_threads()
+    try:
+        for vbmi in (True, False):
+            _quant._allow_vbmi(vbmi)
+            for count in (1, 2):
+                kernels.set_num_threads(count)
+                assert_same_floats(matmul_isa("avx512", w, x), scalar)
+                assert_same_floats(matmul_isa("avx512", part, x), scalar[3:])
+    finally:
+        _quant._allow_vbmi(True)
+        kernels.set_num_threads(threads)
+
+
 def test_q2_0c_every_small_batch_size_equals_scalar_and_each_token_alone() -> None:
     """n = 1..9 covers each token-tile width of the Q2_0C small-batch kernels and the switch to the
     batched kernel; 40 rows end in a partial 16-row tile."""

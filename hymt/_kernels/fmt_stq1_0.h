@@ -18,6 +18,20 @@
  * The integer block sum is exact, so every ISA computes it its own way; the float part is fixed:
  *     y[t, r] = Σ_b (d_b × s_t,b) × f32(isum_t,r,b),   added block by block from 0.0f (no fma).
  *
+ * AVX-512, n = 1 (decode of one sequence): the call's rows as ONE sequential stream (stq1_seq_*):
+ * groups of 16 consecutive row-blocks in memory order (lanes (row, block), spanning rows) take the
+ * same per-row-block work as the row tiles below (3 index ops, 4 vpermb, 4 vpdpbusd, the same exact
+ * int16 fold), the float terms (d × s) × f32(isum) are buffered for a 16-row tile and transposed to
+ * lane = row at its end, then added block by block from 0.0f (the float sequence above, unchanged).
+ * Software prefetch runs in the stream, 1 KiB ahead into L1 and 6 KiB ahead into L2, one line of each
+ * per row-block. Why: the row tiles read 16 rows side by side in 42-byte pieces and left the memory
+ * and decode rates (≈ 30 and ≈ 35 GB/s at 2 threads) badly overlapped (0.69 of the roofline); one
+ * stream per thread keeps its misses in flight. Kernel benchmark, alternated with the row tiles in
+ * one run, medians of 3: n = 1, 2 threads 52.3 → 47.1 µs per layer call (roofline 0.69 → 0.77),
+ * 1 thread 80.2 → 80.6 (0.88); 1.25Bit model decode (synthetic 1.8B, 1 session, 2 threads) 20.3 →
+ * 18.9 ms per step. It is slower where the weights sit in L2 (1 thread, 4096 × 2048: 71 → 73.5 µs;
+ * 2048 × 6144: 104 → 110), so it pays only from memory. n = 2, 3 stay on the row tiles: the stream
+ * form ran them 10-17 % slower (its tile-end transpose and epilogue per token, compute-bound there).
  * AVX-512 VBMI, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 3
  * ops build the 64 lookup indices in position order (the nibbles as above: one masked word shift;
  * the sign bits: one vpmultishiftqb of the broadcast sign qword puts sign g(b) at bit 4 of byte b; one
@@ -311,7 +325,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_quarters_to_rows(const __m512i *q) {
                             _mm512_shuffle_i32x4(f0, f1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* GEMV kernel: one 16-row tile × T ≤ 3 tokens, block by block. The 16 rows' planes of a block are
+/* GEMV kernel: one 16-row tile × T ≤ 3 tokens, block by block (n = 2, 3; n = 1 where the stream kernel
+ * below does not apply: rows wider than STQ1_SEQ_MAX_BLOCKS blocks or not contiguous). The 16 rows' planes of a block are
  * looked up one row at a time and each pair of rows' lane sums is folded right away (stq1_fold2), so
  * the 16 rows × T tokens stay in registers (no partial-sum buffer) and the reduction costs 12 packs
  * + 12 madds + 9 lane shuffles/adds per block and token (a transpose-add tree of 16 vectors costs 45
@@ -429,6 +444,178 @@ STQ1_GEMV_TILE(stq1_gemv_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, ST
 STQ1_GEMV_TILE(stq1_gemv_tile_bw, HYMT_TARGET_AVX512, STQ1_TABLES_BW, STQ1_PLANES_BW)
 STQ1_GEMV(stq1_gemm_avx512vbmi, HYMT_TARGET_AVX512VBMI, stq1_gemv_tile_vbmi)
 STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
+
+/* ---- AVX-512 GEMV at n = 1: the call's rows as one sequential stream ----
+ * Rows are contiguous (row_bytes = nb · STQ1_BYTES), so a 16-row tile is 16 · nb blocks in stream
+ * order k = row · nb + block. The kernel reads them in that order in groups of 16 consecutive
+ * row-blocks (lanes (row, block); a group may span two or more rows): each row-block's planes are
+ * looked up once (3 ops build the index, 4 vpermb) and dotted with its activation group (4 vpdpbusd),
+ * and the group's 16 lane vectors fold exactly as the 16 rows of the row-strided tile above do
+ * (stq1_fold2 twice, stq1_quarters_to_rows), giving lane i = Σ of row-block k0 + i. Per group then:
+ * − Σq of each lane's activation group, int → float, × (d × s) (d gathered from the 16 blocks, s from
+ * the periodically extended activation scales), and the 16 float terms are stored in stream order,
+ * i.e. as the row-major [16][nb] terms of the tile. At the tile's end they are turned to lane = row
+ * (per 8 blocks: two rows per vector, a 16 × 8 transpose of 24 permutes; nb not a multiple of 8: one
+ * strided gather per block) and y = Σ_b term_b is added block by block from 0.0f: the float sequence
+ * of the header, unchanged. (The gathers cost 6 % in L2 at 2048 columns, the transpose about 3 %; a
+ * tile's terms are 16 · nb floats, so rows are limited to STQ1_SEQ_MAX_BLOCKS blocks.)
+ * Prefetch: each group fetches the lines starting in its 16 · STQ1_BYTES bytes of the stream
+ * shifted STQ1_SEQ_PF_L1 bytes ahead into L1 and STQ1_SEQ_PF_L2 ahead into L2 (10 or 11 lines each),
+ * one line of each in each of its first row-block iterations, with a compiler barrier per iteration
+ * (left free, GCC hoists all 22 to the group's start: DRAM layer 2 threads −15 %). Lines past the
+ * call's rows are not fetched (consecutive chunks of a call belong to different threads), the
+ * call's first STQ1_SEQ_PF_L2 bytes are fetched on entry. */
+#define STQ1_SEQ_MAX_BLOCKS 256 /* per row (65536 columns); wider rows take the row-tile kernel */
+#define STQ1_SEQ_PF_L1 1024     /* bytes ahead in the stream (multiples of 64) */
+#define STQ1_SEQ_PF_L2 6144
+
+/* The activation group of each block, entries j < nb + 15 standing for block j mod nb (a group whose
+ * first row-block is block kb reads entries kb..kb+15). */
+typedef struct {
+    int32_t off[STQ1_SEQ_MAX_BLOCKS + 15]; /* byte offset of its hymt_q8g */
+    int32_t sum[STQ1_SEQ_MAX_BLOCKS + 15]; /* its Σ q */
+    float s[STQ1_SEQ_MAX_BLOCKS + 15];     /* its scale */
+} stq1_seq_act;
+
+/* Group k0 (16 row-blocks from g0; LIVE of them in the tile, the others repeat the last one and are
+ * never summed) into terms[k0 .. k0 + 15]; AOFF: byte offset of lane li's activation group. */
+#define STQ1_SEQ_GROUP(PLANES, LIVE, AOFF)                                                              \
+    do {                                                                                                \
+        const uint8_t *g0 = wt + k0 * STQ1_BYTES;                                                       \
+        const uint8_t *p1 = hymt_line_up(g0 + STQ1_SEQ_PF_L1), *p2 = hymt_line_up(g0 + STQ1_SEQ_PF_L2); \
+        const int line11 = p1 + 640 < g0 + STQ1_SEQ_PF_L1 + 16 * STQ1_BYTES; /* an 11th line starts */  \
+        __m512i quarter[4]; /* [m]: lanes 4m..4m+3 per quarter */                                       \
+        _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                           \
+            __m512i pair[2]; /* [h]: lanes 4m+2h, 4m+2h+1 */                                            \
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                       \
+                __m512i lanes[2]; /* [e]: lane 4m+2h+e, 16 partial sums */                              \
+                _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                                   \
+                    const int i = 4 * m + 2 * h + e, li = i < (LIVE) ? i : (LIVE) - 1;                  \
+                    if (i < 10 || (i == 10 && line11)) {                                                \
+                        if (p1 + 64 * i < pf_end) _mm_prefetch((const char *)p1 + 64 * i, _MM_HINT_T0); \
+                        if (p2 + 64 * i < pf_end) _mm_prefetch((const char *)p2 + 64 * i, _MM_HINT_T1); \
+                    }                                                                                   \
+                    __asm__ volatile("" ::: "memory"); /* keeps the prefetches where they are */        \
+                    const uint8_t *blk = g0 + li * STQ1_BYTES;                                          \
+                    const int8_t *q = ((const hymt_q8g *)(act + (AOFF)))->qs;                           \
+                    __m512i pl[4];                                                                      \
+                    PLANES(blk, pl);                                                                    \
+                    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0], _mm512_loadu_si512((const void *)q)); \
+                    s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));      \
+                    s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128)));     \
+                    lanes[e] = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
+                }                                                                                       \
+                pair[h] = stq1_fold2(lanes[0], lanes[1]);                                               \
+            }                                                                                           \
+            quarter[m] = stq1_fold2(pair[0], pair[1]);                                                  \
+        }                                                                                               \
+        const __m512 d = hymt_gather_scales(g0, blk_offsets, (__mmask16)((1u << (LIVE)) - 1u), 38, 1);  \
+        const __m512i isum = _mm512_sub_epi32(stq1_quarters_to_rows(quarter),                           \
+                                              _mm512_loadu_si512((const void *)(sa->sum + kb)));        \
+        _mm512_storeu_ps(terms + k0, _mm512_mul_ps(_mm512_mul_ps(d, _mm512_loadu_ps(sa->s + kb)),       \
+                                                   _mm512_cvtepi32_ps(isum)));                          \
+    } while (0)
+
+/* v[p] lane 8h + j = (row 2p + h, block j) → v[j] lane 2p + h = the same value (a 16 × 8 float transpose
+ * in three two-source permute stages, 24 ops; lane bits h j2 j1 j0 and vector bits p2 p1 p0 swap places
+ * one pair per stage). */
+static const int32_t STQ1_T16X8_IDX[2][2][16] = {
+    {{0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30}, {1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+};
+HYMT_TARGET_AVX512 HYMT_INLINE void stq1_transpose16x8(__m512 v[8]) {
+    const __m512i a0 = _mm512_loadu_si512((const void *)STQ1_T16X8_IDX[0][0]),
+                  a1 = _mm512_loadu_si512((const void *)STQ1_T16X8_IDX[0][1]),
+                  b0 = _mm512_loadu_si512((const void *)STQ1_T16X8_IDX[1][0]),
+                  b1 = _mm512_loadu_si512((const void *)STQ1_T16X8_IDX[1][1]);
+    __m512 w[8], x[8]; /* w[4 p2 + 2 p1 + j0] lanes (j2 j1 p0 h); x[4 p2 + 2 j1 + j0] lanes (j2 p1 p0 h) */
+    for (int q = 0; q < 4; q++) {
+        w[2 * q] = _mm512_permutex2var_ps(v[2 * q], a0, v[2 * q + 1]);
+        w[2 * q + 1] = _mm512_permutex2var_ps(v[2 * q], a1, v[2 * q + 1]);
+    }
+    for (int p2 = 0; p2 < 2; p2++)
+        for (int j0 = 0; j0 < 2; j0++) {
+            x[4 * p2 + j0] = _mm512_permutex2var_ps(w[4 * p2 + j0], b0, w[4 * p2 + 2 + j0]);
+            x[4 * p2 + 2 + j0] = _mm512_permutex2var_ps(w[4 * p2 + j0], b1, w[4 * p2 + 2 + j0]);
+        }
+    for (int j = 0; j < 4; j++) { /* v[4 j2 + j] lanes (p2 p1 p0 h) */
+        v[j] = _mm512_shuffle_f32x4(x[j], x[4 + j], 0x44);
+        v[4 + j] = _mm512_shuffle_f32x4(x[j], x[4 + j], 0xEE);
+    }
+}
+
+/* One 16-row tile (rows ≤ 16 live); terms: [16 · nb] scratch; pf_end: the end of the call's rows. */
+#define STQ1_SEQ_TILE(NAME, TARGET, TABLES, PLANES)                                                     \
+    TARGET HYMT_INLINE void NAME(const uint8_t *wt, int rows, int64_t nb, const uint8_t *act,           \
+                                 const stq1_seq_act *sa, float *terms, float *yt, const uint8_t *pf_end) { \
+        TABLES;                                                                                         \
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);   \
+        const __m512i blk_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(STQ1_BYTES));            \
+        const int64_t live = rows * nb; /* row-blocks in the tile */                                    \
+        int64_t k0 = 0, kb = 0;         /* the group's first row-block, its block */                    \
+        if (nb % 8 == 0) { /* lanes 0..7 and 8..15: runs of 8 blocks from kb and kb + 8 (mod nb) */     \
+            for (; k0 + 16 <= live; k0 += 16) {                                                         \
+                const int64_t o0 = kb * (int64_t)sizeof(hymt_q8g),                                      \
+                              o1 = (kb + 8 < nb ? kb + 8 : kb + 8 - nb) * (int64_t)sizeof(hymt_q8g);    \
+                STQ1_SEQ_GROUP(PLANES, 16, (li < 8 ? o0 : o1) + (li & 7) * (int64_t)sizeof(hymt_q8g));  \
+                for (kb += 16; kb >= nb;) kb -= nb;                                                     \
+            }                                                                                           \
+        } else { /* (an offset load per row-block: 3 % in L2) */                                        \
+            for (; k0 + 16 <= live; k0 += 16) {                                                         \
+                STQ1_SEQ_GROUP(PLANES, 16, sa->off[kb + li]);                                           \
+                for (kb += 16; kb >= nb;) kb -= nb;                                                     \
+            }                                                                                           \
+        }                                                                                               \
+        if (k0 < live) STQ1_SEQ_GROUP(PLANES, (int)(live - k0), sa->off[kb + li]);                      \
+        const __mmask16 row_mask = (__mmask16)((1u << rows) - 1u);                                      \
+        const __m512i col = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)nb)); /* lane = row */      \
+        __m512 acc = _mm512_setzero_ps();                                                               \
+        if (nb % 8 == 0) { /* 8 blocks of 16 rows at a time: two rows per vector, transposed */         \
+            for (int64_t c = 0; c < nb; c += 8) {                                                       \
+                __m512 v[8];                                                                            \
+                for (int p = 0; p < 8; p++)                                                             \
+                    v[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(terms + 2 * p * nb + c)), \
+                                              _mm256_loadu_ps(terms + (2 * p + 1) * nb + c), 1);       \
+                stq1_transpose16x8(v);                                                                  \
+                for (int j = 0; j < 8; j++) acc = _mm512_add_ps(acc, v[j]);                             \
+            }                                                                                           \
+        } else {                                                                                        \
+            for (int64_t b = 0; b < nb; b++)                                                            \
+                acc = _mm512_add_ps(acc, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), row_mask, col, terms + b, 4)); \
+        }                                                                                               \
+        _mm512_mask_storeu_ps(yt, row_mask, acc);                                                       \
+    }
+
+/* One token over rows [r0, r1); rows contiguous, 0 < nb ≤ STQ1_SEQ_MAX_BLOCKS. */
+#define STQ1_SEQ_GEMV(NAME, TARGET, TILE)                                                               \
+    TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
+                            int64_t cols, float *y) {                                                   \
+        const int64_t nb = cols / STQ1_BLOCK;                                                           \
+        stq1_seq_act sa;                                                                                \
+        float terms[16 * STQ1_SEQ_MAX_BLOCKS]; /* [16 · nb] a tile's terms, row-major */                \
+        memset(terms, 0, 16 * nb * sizeof(float)); /* (a partial tile's missing rows are read, not summed) */ \
+        for (int64_t j = 0; j < nb; j++) {                                                              \
+            const hymt_q8g *g = (const hymt_q8g *)act + j;                                              \
+            sa.off[j] = (int32_t)(j * (int64_t)sizeof(hymt_q8g));                                       \
+            sa.sum[j] = g->sum;                                                                         \
+            sa.s[j] = g->d;                                                                             \
+        }                                                                                               \
+        for (int64_t j = nb; j < nb + 15; j++) { /* entries past nb repeat those nb before */           \
+            sa.off[j] = sa.off[j - nb];                                                                 \
+            sa.sum[j] = sa.sum[j - nb];                                                                 \
+            sa.s[j] = sa.s[j - nb];                                                                     \
+        }                                                                                               \
+        const uint8_t *start = w + r0 * row_bytes, *end = w + r1 * row_bytes;                           \
+        for (const uint8_t *p = start; p < start + STQ1_SEQ_PF_L2 && p < end; p += 64)                  \
+            _mm_prefetch((const char *)p, _MM_HINT_T1);                                                 \
+        for (int64_t r = r0; r < r1; r += 16)                                                           \
+            TILE(w + r * row_bytes, (int)(r1 - r < 16 ? r1 - r : 16), nb, act, &sa, terms, y + r, end); \
+    }
+
+STQ1_SEQ_TILE(stq1_seq_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, STQ1_PLANES_VBMI)
+STQ1_SEQ_TILE(stq1_seq_tile_bw, HYMT_TARGET_AVX512, STQ1_TABLES_BW, STQ1_PLANES_BW)
+STQ1_SEQ_GEMV(stq1_seq_gemv_vbmi, HYMT_TARGET_AVX512VBMI, stq1_seq_tile_vbmi)
+STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
 
 /* ---- AVX-512 batched kernel (n ≥ HYMT_LOWBIT_BATCH_MIN) ----
  * Per block, the 64-byte index vectors of 16 rows are transposed (16×16 dwords) so vector j holds the
@@ -622,7 +809,13 @@ static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t 
     }
 #endif
     int vbmi = hymt_cpu()->avx512vbmi;
-    if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
+    int64_t nb = cols / STQ1_BLOCK;
+    if (n == 1 && nb > 0 && nb <= STQ1_SEQ_MAX_BLOCKS && row_bytes == (size_t)nb * STQ1_BYTES) {
+        if (vbmi)
+            stq1_seq_gemv_vbmi(w, row_bytes, r0, r1, act, cols, y);
+        else
+            stq1_seq_gemv_bw(w, row_bytes, r0, r1, act, cols, y);
+    } else if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
         if (vbmi)
             stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
         else
