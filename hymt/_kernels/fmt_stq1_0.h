@@ -462,9 +462,11 @@ STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
  * Prefetch: each group fetches the lines starting in its 16 · STQ1_BYTES bytes of the stream
  * shifted STQ1_SEQ_PF_L1 bytes ahead into L1 and STQ1_SEQ_PF_L2 ahead into L2 (10 or 11 lines each),
  * one line of each in each of its first row-block iterations, with a compiler barrier per iteration
- * (left free, GCC hoists all 22 to the group's start: DRAM layer 2 threads −15 %). Lines past the
- * call's rows are not fetched (consecutive chunks of a call belong to different threads), the
- * call's first STQ1_SEQ_PF_L2 bytes are fetched on entry. */
+ * (left free, GCC hoists all 22 to the group's start: DRAM layer 2 threads −15 %). The stream runs
+ * on past the call's last row like the row tiles' (the 1.25Bit decode's gate/up products run in
+ * 64-row calls whose next rows are the same thread's: stopping at the call's end made its step 2 %
+ * slower, 7 alternated runs, although the kernel benchmark, whose consecutive chunks go to different
+ * threads, gained 2 %); the call's first STQ1_SEQ_PF_L2 bytes are fetched on entry. */
 #define STQ1_SEQ_MAX_BLOCKS 256 /* per row (65536 columns); wider rows take the row-tile kernel */
 #define STQ1_SEQ_PF_L1 1024     /* bytes ahead in the stream (multiples of 64) */
 #define STQ1_SEQ_PF_L2 6144
@@ -492,8 +494,8 @@ typedef struct {
                 _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                                   \
                     const int i = 4 * m + 2 * h + e, li = i < (LIVE) ? i : (LIVE) - 1;                  \
                     if (i < 10 || (i == 10 && line11)) {                                                \
-                        if (p1 + 64 * i < pf_end) _mm_prefetch((const char *)p1 + 64 * i, _MM_HINT_T0); \
-                        if (p2 + 64 * i < pf_end) _mm_prefetch((const char *)p2 + 64 * i, _MM_HINT_T1); \
+                        _mm_prefetch((const char *)p1 + 64 * i, _MM_HINT_T0);                           \
+                        _mm_prefetch((const char *)p2 + 64 * i, _MM_HINT_T1);                           \
                     }                                                                                   \
                     __asm__ volatile("" ::: "memory"); /* keeps the prefetches where they are */        \
                     const uint8_t *blk = g0 + li * STQ1_BYTES;                                          \
@@ -544,10 +546,10 @@ HYMT_TARGET_AVX512 HYMT_INLINE void stq1_transpose16x8(__m512 v[8]) {
     }
 }
 
-/* One 16-row tile (rows ≤ 16 live); terms: [16 · nb] scratch; pf_end: the end of the call's rows. */
+/* One 16-row tile (rows ≤ 16 live); terms: [16 · nb] scratch. */
 #define STQ1_SEQ_TILE(NAME, TARGET, TABLES, PLANES)                                                     \
     TARGET HYMT_INLINE void NAME(const uint8_t *wt, int rows, int64_t nb, const uint8_t *act,           \
-                                 const stq1_seq_act *sa, float *terms, float *yt, const uint8_t *pf_end) { \
+                                 const stq1_seq_act *sa, float *terms, float *yt) {                    \
         TABLES;                                                                                         \
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);   \
         const __m512i blk_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(STQ1_BYTES));            \
@@ -609,7 +611,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE void stq1_transpose16x8(__m512 v[8]) {
         for (const uint8_t *p = start; p < start + STQ1_SEQ_PF_L2 && p < end; p += 64)                  \
             _mm_prefetch((const char *)p, _MM_HINT_T1);                                                 \
         for (int64_t r = r0; r < r1; r += 16)                                                           \
-            TILE(w + r * row_bytes, (int)(r1 - r < 16 ? r1 - r : 16), nb, act, &sa, terms, y + r, end); \
+            TILE(w + r * row_bytes, (int)(r1 - r < 16 ? r1 - r : 16), nb, act, &sa, terms, y + r);      \
     }
 
 STQ1_SEQ_TILE(stq1_seq_tile_vbmi, HYMT_TARGET_AVX512VBMI, STQ1_TABLES_VBMI, STQ1_PLANES_VBMI)
