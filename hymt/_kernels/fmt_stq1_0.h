@@ -25,13 +25,19 @@
  * lane = row at its end, then added block by block from 0.0f (the float sequence above, unchanged).
  * Software prefetch runs in the stream, 1 KiB ahead into L1 and 6 KiB ahead into L2, one line of each
  * per row-block. Why: the row tiles read 16 rows side by side in 42-byte pieces and left the memory
- * and decode rates (≈ 30 and ≈ 35 GB/s at 2 threads) badly overlapped (0.69 of the roofline); one
+ * and decode rates (≈ 30 and ≈ 35 GB/s at 2 threads) badly overlapped (0.67–0.73 of the roofline); one
  * stream per thread keeps its misses in flight. Kernel benchmark, alternated with the row tiles in
- * one run, medians of 3: n = 1, 2 threads 52.3 → 47.1 µs per layer call (roofline 0.69 → 0.77),
- * 1 thread 80.2 → 80.6 (0.88); 1.25Bit model decode (synthetic 1.8B, 1 session, 2 threads) 20.3 →
- * 18.9 ms per step. It is slower where the weights sit in L2 (1 thread, 4096 × 2048: 71 → 73.5 µs;
- * 2048 × 6144: 104 → 110), so it pays only from memory. n = 2, 3 stay on the row tiles: the stream
- * form ran them 10-17 % slower (its tile-end transpose and epilogue per token, compute-bound there).
+ * one run, medians of 3: n = 1, 2 threads 50.1 → 47.5 µs per layer call (roofline 0.73 → 0.77; the 3
+ * repetitions 0.73, 0.73, 0.73 → 0.77, 0.76, 0.77), 1 thread 79.5 → 78.5 (0.89 → 0.90); 1.25Bit model (synthetic 1.8B, 2
+ * threads, alternated): decode step 19.6 → 18.8 ms at 1 session (4 sessions, the batched kernel:
+ * unchanged), hymt.bench decode 50.4 → 51.3 tok/s. Where the weights sit in L2 it is slower (1
+ * thread, 4096 × 2048: 67–69 → 69–71 µs), so it pays from memory only. Tried (C harness cycling the
+ * layer's seven matrices through 1 GB, 2 threads, alternated): no L1 prefetch +5 %, no prefetch
+ * +33 %, T0 only (6 KiB ahead, no L2 stage) +10 %, the prefetches left where GCC schedules them
+ * (bunched at each group's start) +15 %, L2 3–12 KiB / L1 0.5–2 KiB ahead within noise; the
+ * tile-end sum by strided gathers instead of the transpose (6 % in L2), a per-lane activation offset
+ * table where nb is a multiple of 8 (3 % in L2). n = 2, 3 stay on the row tiles: the stream form
+ * ran them 10-17 % slower (compute-bound there; the transpose and epilogue per token).
  * AVX-512 VBMI, n < HYMT_LOWBIT_BATCH_MIN (decode, GEMV; 1..3 tokens per pass): per (row, block) 3
  * ops build the 64 lookup indices in position order (the nibbles as above: one masked word shift;
  * the sign bits: one vpmultishiftqb of the broadcast sign qword puts sign g(b) at bit 4 of byte b; one
