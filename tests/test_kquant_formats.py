@@ -465,8 +465,9 @@ def test_head_shaped_q6_k_gemv() -> None:
 
 
 def test_q6_k_kernel_thresholds_equal_scalar() -> None:
-    """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 2) and 16-row tiles
-    (n >= 3, token tiles of 16 and passes of 64 tokens), the AMX tiles (n >= 12) and the AVX2 8-row tiles;
+    """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
+    lane = token from n = 3) and 16-row tiles (n >= 5, token tiles of 16 and passes of 64 tokens), the AMX tiles
+    (n >= 12) and the AVX2 8-row tiles;
     rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
     extreme codes and sub-scales with ±127 activations."""
     rng = np.random.default_rng(66)
@@ -477,7 +478,7 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     extreme[1::3, 192:208] = 0x80  # sub-scales −128
     extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
     w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
-    for n in (2, 3, 11, 12, 16, 17, 64, 65, 81):
+    for n in (1, 2, 3, 4, 5, 11, 12, 16, 17, 64, 65, 81):
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
         for weight, inputs in ((w, x), (w_extreme, x_sign)):

@@ -106,22 +106,37 @@ static void hymt_gemm_q6_k_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 }
 
 #if defined(HYMT_X86)
+/* The constants of the unpack: uc[0] = 0x0F bytes, uc[1] = 0x30 bytes, and the qh shifts: qh is shared by
+ * the two 32-byte halves of a ql vector, plane p needs its bits 2p..2p+1 at 4..5: uc[2] (left, p = 0 | 1),
+ * uc[3] (right, p = 2 | 3). */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_consts(__m512i uc[4]) {
+    uc[0] = _mm512_set1_epi8(0x0F);
+    uc[1] = _mm512_set1_epi8(0x30);
+    uc[2] = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    uc[3] = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+}
+
 /* The codes of one block in the kq layout (kquant_common.h): wq[v] byte 4j + e = code of weight 16j + 4v + e. */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, const __m512i s1[4],
-                                                            const __m512i s2[2], __m512i wq[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    /* qh is shared by the two 32-byte halves of a ql vector: plane p needs its bits 2p..2p+1 at 4..5 */
-    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* p=0|1 */
-    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1); /* p=2|3 */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_uc_avx512(const uint8_t *blk, const __m512i s1[4],
+                                                               const __m512i s2[2], const __m512i uc[4],
+                                                               __m512i wq[4]) {
     __m512i n[4];
     for (int c = 0; c < 2; c++) {
         __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * c));
         __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c)));
-        n[2 * c] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, shl_lo), m30, 0xF8);
-        n[2 * c + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                 _mm512_srlv_epi16(qh, shr_hi), m30, 0xF8);
+        n[2 * c] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, uc[0]), _mm512_sllv_epi16(qh, uc[2]), uc[1], 0xF8);
+        n[2 * c + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), uc[0]),
+                                                 _mm512_srlv_epi16(qh, uc[3]), uc[1], 0xF8);
     }
     hymt_kq_transpose_avx512(s1, s2, n[0], n[1], n[2], n[3], wq);
+}
+
+/* As hymt_q6_k_unpack_uc_avx512, building the constants at each use. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_unpack_avx512(const uint8_t *blk, const __m512i s1[4],
+                                                            const __m512i s2[2], __m512i wq[4]) {
+    __m512i uc[4];
+    hymt_q6_k_unpack_consts(uc);
+    hymt_q6_k_unpack_uc_avx512(blk, s1, s2, uc, wq);
 }
 
 /* Row tiles (lane = output row), for every n on the vector path: 16 rows share each block step, so the
@@ -172,14 +187,17 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_pair_avx512(const __m512i wa[4]
     return hymt_q6_k_scale_pair(la, lb, ha, hb, scp);
 }
 
-/* A of 16 rows with lane = row from the 8 pair vectors (exact int32). Stage 1 (vpermt2d by ie / io, an
- * add): q[i], 128-bit lane L, dword m = the L-th partial sum of row 4i + m; then the two shuffle stages of
- * hymt_kq_hsum16. */
-HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m512i ie, __m512i io) {
+/* A of 16 rows with lane = row from the 8 pair vectors p[0..3], p2[0..3] (exact int32). Stage 1 (vpermt2d
+ * by ie / io, an add): q[i], 128-bit lane L, dword m = the L-th partial sum of row 4i + m; then the two
+ * shuffle stages of hymt_kq_hsum16. (The GEMV feeds two tokens' pair vectors: lane 8t + block.) */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], const __m512i p2[4], __m512i ie,
+                                                       __m512i io) {
     __m512i q[4], c[2];
-    for (int i = 0; i < 4; i++)
-        q[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(p[2 * i], ie, p[2 * i + 1]),
-                                _mm512_permutex2var_epi32(p[2 * i], io, p[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        const __m512i *x = i < 2 ? p : p2;
+        q[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(x[2 * (i % 2)], ie, x[2 * (i % 2) + 1]),
+                                _mm512_permutex2var_epi32(x[2 * (i % 2)], io, x[2 * (i % 2) + 1]));
+    }
     for (int i = 0; i < 2; i++)
         c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2 * i], q[2 * i + 1], 0x44),
                                 _mm512_shuffle_i32x4(q[2 * i], q[2 * i + 1], 0xEE));
@@ -212,6 +230,8 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[8], __m5
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
+#define HYMT_Q6_K_GEMV_TOKEN_LANES 3 /* from this many tokens the float step runs with lane = token */
+#define HYMT_Q6_K_GEMV_NB 64 /* blocks of its scale table on the stack (4 KiB); more take the heap */
 
 /* A of the 8 blocks of a group (lane kb < 8) from its 4 pair vectors p[k] (blocks 2k, 2k + 1; dword 4L + m
  * holds part of block 2k (m < 2) or 2k + 1 (m >= 2)): stage 1 of hymt_q6_k_rows16, then two shuffle
@@ -237,10 +257,28 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_pair_idx(__m512i *ie, __m512i *io)
     *io = _mm512_loadu_si512((const void *)ix[1]);
 }
 
+/* The vpermt2d index that takes hymt_q6_k_rows16's lanes 8t + kb of tokens 0, 1 (first operand) and 2, 3
+ * (second) to lane 4(kb − kb0) + t for blocks kb0..kb0 + 3. */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_tok_idx(int kb0) {
+    int32_t ix[16];
+    for (int i = 0; i < 16; i++) ix[i] = (i % 4 < 2 ? 0 : 16) + 8 * (i % 2) + kb0 + i / 4;
+    return _mm512_loadu_si512((const void *)ix);
+}
+
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, const uint8_t *a0, size_t act_stride,
                                                           int64_t nb, const __m512i s1[4], const __m512i s2[2],
-                                                          __m512i ie, __m512i io, float *acc, const int T) {
-    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8]; /* the group's d; [token][block] its A */
+                                                          __m512i ie, __m512i io, const float *st, float *acc,
+                                                          const int T) {
+    const int V = T >= HYMT_Q6_K_GEMV_TOKEN_LANES; /* the float step with lane = token */
+    float dd[8], af[HYMT_Q6_K_GEMV_MAX][8]; /* (!V) the group's d; [token][block] its A */
+    uint16_t dh[8];                          /* (V) the group's fp16 d */
+    /* (V) [block][token] of the group: A as float, d × s */
+    float fa[32] __attribute__((aligned(64))), fd[32] __attribute__((aligned(64)));
+    __m128 va = _mm_setzero_ps(); /* (V) lane t = acc of token t */
+    const __m512i tb_lo = hymt_q6_k_tok_idx(0), tb_hi = hymt_q6_k_tok_idx(4);
+    const __m512i dsel = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); /* d of lanes 4kb + t */
+    __m512i uc[4]; /* (V) the unpack's constants, built once per row instead of once per block pair */
+    hymt_q6_k_unpack_consts(uc);
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         const int kn = nb - b0 < 8 ? (int)(nb - b0) : 8;
         __m512i pv[HYMT_Q6_K_GEMV_MAX][4]; /* [token][block pair] */
@@ -255,12 +293,19 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
                         __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L1 + i, 0, 3);
                         __builtin_prefetch(blk + HYMT_Q6_K_GEMV_PF_L2 + i, 0, 2);
                     }
-                    hymt_q6_k_unpack_avx512(blk, s1, s2, wq[e]);
+                    if (V)
+                        hymt_q6_k_unpack_uc_avx512(blk, s1, s2, uc, wq[e]);
+                    else
+                        hymt_q6_k_unpack_avx512(blk, s1, s2, wq[e]);
                     sc32[e] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
-                    dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
+                    if (V)
+                        dh[kb] = hymt_load_u16(blk + 208);
+                    else
+                        dd[kb] = _cvtsh_ss(hymt_load_u16(blk + 208));
                 } else { /* past the row: zero codes and scales, so the block's A is 0 (never used) */
                     for (int v = 0; v < 4; v++) wq[e][v] = _mm512_setzero_si512();
                     sc32[e] = _mm512_setzero_si512();
+                    dh[kb] = 0;
                 }
             }
             const __m512i scp = _mm512_packs_epi32(sc32[0], sc32[1]); /* 128-bit lane L: sc_a[4L..], sc_b[4L..] */
@@ -272,12 +317,40 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
                                                 hymt_q6_k_half(ga, wq[0], 1), hymt_q6_k_half(gb, wq[1], 1), scp);
             }
         }
-        for (int t = 0; t < T; t++) {
-            const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
-            _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(hymt_q6_k_blocks8(pv[t], ie, io)));
-            for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
+        if (!V) {
+            for (int t = 0; t < T; t++) {
+                const hymt_kq8 *g = (const hymt_kq8 *)(a0 + (size_t)t * act_stride) + b0;
+                _mm256_storeu_ps(af[t], _mm256_cvtepi32_ps(hymt_q6_k_blocks8(pv[t], ie, io)));
+                for (int kb = 0; kb < kn; kb++) acc[t] = fmaf(dd[kb] * g[kb].d, af[t][kb], acc[t]);
+            }
+            continue;
+        }
+        /* lane 8t + kb: A of token t (0, 1 | 2, 3; token 3 of three: 0), block kb */
+        const __m512i r01 = hymt_q6_k_rows16(pv[0], pv[1], ie, io);
+        const __m512i r23 = T == 3 ? _mm512_zextsi256_si512(hymt_q6_k_blocks8(pv[2], ie, io))
+                                   : hymt_q6_k_rows16(pv[2], pv[T - 1], ie, io);
+        const __m512 d8 = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        const __m512i dsel4 = _mm512_add_epi32(dsel, _mm512_set1_epi32(4));
+        /* fa, fd: lane 4kb + t; d × s (st holds 0 for tokens past T: those lanes are never stored) */
+        _mm512_store_ps(fa, _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r01, tb_lo, r23)));
+        _mm512_store_ps(fa + 16, _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r01, tb_hi, r23)));
+        _mm512_store_ps(fd, _mm512_mul_ps(_mm512_permutexvar_ps(dsel, d8), _mm512_load_ps(st + 4 * b0)));
+        _mm512_store_ps(fd + 16, _mm512_mul_ps(_mm512_permutexvar_ps(dsel4, d8), _mm512_load_ps(st + 4 * b0 + 16)));
+        /* the fma chain in a register (through the stack it costs a store-to-load round trip per block) */
+        if (kn == 8) {
+#pragma GCC unroll 8
+            for (int kb = 0; kb < 8; kb++) {
+                va = _mm_fmadd_ps(_mm_load_ps(fd + 4 * kb), _mm_load_ps(fa + 4 * kb), va);
+                HYMT_Q6_K_IN_REGISTER(va);
+            }
+        } else {
+            for (int kb = 0; kb < kn; kb++) {
+                va = _mm_fmadd_ps(_mm_load_ps(fd + 4 * kb), _mm_load_ps(fa + 4 * kb), va);
+                HYMT_Q6_K_IN_REGISTER(va);
+            }
         }
     }
+    if (V) _mm_storeu_ps(acc, va);
 }
 
 /* One function per token count, so that every loop over tokens is unrolled. */
@@ -285,8 +358,9 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
     HYMT_TARGET_AVX512 static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
                                                               size_t act_stride, int64_t nb,                    \
                                                               const __m512i s1[4], const __m512i s2[2],         \
-                                                              __m512i ie, __m512i io, float *acc) {             \
-        hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, ie, io, acc, T);                                 \
+                                                              __m512i ie, __m512i io, const float *st,          \
+                                                              float *acc) {                                     \
+        hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, ie, io, st, acc, T);                             \
     }
 HYMT_Q6_K_GEMV_FN(1)
 HYMT_Q6_K_GEMV_FN(2)
@@ -372,7 +446,8 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
                     for (int t = 0; t < T; t++) {
                         const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
                         const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
-                        acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(hymt_q6_k_rows16(p[t], ie, io)), acc[tt + t]);
+                        const __m512i A = hymt_q6_k_rows16(p[t], p[t] + 4, ie, io);
+                        acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), acc[tt + t]);
                     }
                 }
             }
@@ -389,6 +464,21 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
         hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
+    /* st: [nb rounded up to 8][4] the tokens' activation scales, block-major (0 past n and nb) */
+    float st_stack[4 * HYMT_Q6_K_GEMV_NB] __attribute__((aligned(64)));
+    const int64_t nb8 = (nb + 7) / 8 * 8;
+    float *st = st_stack;
+    const int lanes = n >= HYMT_Q6_K_GEMV_TOKEN_LANES;
+    if (lanes && nb8 > HYMT_Q6_K_GEMV_NB && (st = (float *)aligned_alloc(64, (size_t)nb8 * 16)) == NULL) {
+        for (int64_t t = 0; t < n; t++) /* one token at a time: the same values */
+            hymt_gemm_q6_k_avx512(w, row_bytes, r0, r1, act + (size_t)t * act_stride, act_stride, 1, cols,
+                                  y + t * y_stride, y_stride);
+        return;
+    }
+    if (lanes)
+        for (int64_t b = 0; b < nb8; b++)
+            for (int t = 0; t < 4; t++)
+                st[4 * b + t] = t < n && b < nb ? ((const hymt_kq8 *)(act + (size_t)t * act_stride) + b)->d : 0.0f;
     __m512i s1[4], s2[2], ie, io;
     hymt_kq_perms_avx512(s1, s2);
     hymt_q6_k_pair_idx(&ie, &io);
@@ -396,15 +486,16 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
         const uint8_t *row = w + (size_t)r * row_bytes;
         float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */
         if (n == 1)
-            hymt_q6_k_gemv1_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+            hymt_q6_k_gemv1_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
         else if (n == 2)
-            hymt_q6_k_gemv2_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+            hymt_q6_k_gemv2_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
         else if (n == 3)
-            hymt_q6_k_gemv3_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+            hymt_q6_k_gemv3_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
         else
-            hymt_q6_k_gemv4_avx512(row, act, act_stride, nb, s1, s2, ie, io, acc);
+            hymt_q6_k_gemv4_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
         for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
     }
+    if (st != st_stack) free(st);
 }
 
 /* AVX2 form of the codes (kq layout, wq[v][h] = lanes 8h..8h+7 of vector v). */
