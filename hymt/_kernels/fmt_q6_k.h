@@ -19,9 +19,10 @@
  * same A and runs the same two float operations, so the values cannot depend on n or on the path.
  *
  * Kernels (x86): AVX-512 up to HYMT_Q6_K_GEMV_MAX tokens one row at a time (one sequential weight
- * stream; A summed per group of 8 blocks), from there row tiles of 16 rows whose A lands with lane =
- * row, so the float step runs once per 16 rows (hymt_q6_k_rowtiles_avx512), from HYMT_Q6_K_AMX_MIN
- * tokens AMX tiles when present; AVX2 row tiles of 8 rows for every n.
+ * stream; A summed per group of 8 blocks; from 3 tokens the float step with lane = token), from there
+ * row tiles of 16 rows whose A lands with lane = row, so the float step runs once per 16 rows
+ * (hymt_q6_k_rowtiles_avx512), from HYMT_Q6_K_AMX_MIN tokens AMX tiles when present; AVX2 row tiles of
+ * 8 rows for every n.
  *
  * Float path: decode each block into 256 floats and dot it with its input slice (hymt_dot_f32). */
 #ifndef HYMT_FMT_Q6_K_H
@@ -226,7 +227,30 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
  * thread) n = 1–4 −5..−18 %, but from DRAM n = 1 +3–5 %, n = 2 +2–7 %, n = 3–8 ±1 %; 4-row steps sharing
  * each activation load (K = 2 row pairs, hymt_q6_k_rt_pairs): hot n = 4 −8 %, n = 2 unchanged, from
  * DRAM n = 2 +12–16 %, n = 4 +6–13 % (four interleaved row streams); the float step with lane = token
- * (acc in one vector): hot n = 2–4 +30 % (its dependent chain went through the stack). */
+ * (acc in one vector): hot n = 2–4 +30 % (its dependent chain went through the stack).
+ *
+ * From HYMT_Q6_K_GEMV_TOKEN_LANES (3) tokens (session 11): the float step with lane = token, its chain in a
+ * register. Per group, the A of tokens 0, 1 (hymt_q6_k_rows16 on both tokens' pair vectors) and 2, 3 land
+ * as lanes 8t + block, two vpermt2d turn them into [block][token] (fa), one vmulps per 4 blocks forms
+ * d × s for 4 blocks × 4 tokens from the fp16 d of the group and a per-call table of the tokens' scales
+ * (st: [block][token], built once per call), and 8 fma on one xmm run the blocks in order for all tokens;
+ * before, per token and group: blocks8, a ymm store, 8 vmulss and 8 vfmadd231ss with loads. Same
+ * operations per (row, token, block), same bits. Also the unpack constants (uc) are built once per row
+ * instead of once per block pair. What the time at 3-4 tokens is made of: per block ~24 port 0/5
+ * operations shared by the tokens (unpack 14, kq transpose 8, sub-scales) and per block and token ~8
+ * (4 vpdpbusd, vpackssdw, vpmaddwd or vpdpwssd, ~1.3 for the 8-to-1 lane sum, the float step), so at 4
+ * tokens ~56 against ~32 at 1. Measured (session 11, alternated runs): hot (1024 rows in L2, one thread,
+ * best of 3) n = 3 −6..−12 %, n = 4 −10..−19 %, n = 1, 2 unchanged; python -m hymt.kernelbench (3
+ * alternated runs, medians, load 1.3–1.6): head n = 4 0.97 of main's time at 2 threads (8207 → 7942
+ * µs), 0.99 at 1; layer matrices n = 4 0.95 (252 → 239 µs); n = 1, 2, 3, 5, 8 1.00 ± 0.01 (n = 3 gains
+ * hot, not from DRAM). Head n = 4 is still 1.20× n = 1 (target 1.15×). From DRAM a cut of the hot time
+ * shows at ~0.35–0.4 of its size (removing the whole unpack, as a timing probe: hot n = 4 −20 %, head
+ * from DRAM −7.5 %). Did not help: the lane = token step at n = 2 (hot −8..−10 %, from DRAM +1..+3 %:
+ * n = 2 keeps the per-token step); the constants per row at n = 1 (hot −4 %, from DRAM +2..+5 %); GFNI
+ * for the unpack (vgf2p8affineqb moves the qh bit pairs and the high nibble and clears the rest: 5
+ * operations instead of 7 per 64 ql bytes): hot n = 1–4 +3..+9 % on this core; for 3–4 tokens other
+ * prefetch distances (L2 4096 or 12288, L1 512 or 2048 bytes) or no L1 hint: 0..+9 %. Timing probes
+ * without effect: the chain starts from zero (no nb32 loads), the pair scale step replaced by adds. */
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
