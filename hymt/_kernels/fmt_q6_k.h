@@ -255,7 +255,7 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
 #define HYMT_Q6_K_GEMV_TOKEN_LANES 3 /* from this many tokens the float step runs with lane = token */
-#define HYMT_Q6_K_GEMV_NB 64 /* blocks of its scale table on the stack (4 KiB); more take the heap */
+#define HYMT_Q6_K_GEMV_NB 256 /* blocks of its scale table on the stack (4 KiB, cols <= 65536); more: heap */
 
 /* A of the 8 blocks of a group (lane kb < 8) from its 4 pair vectors p[k] (blocks 2k, 2k + 1; dword 4L + m
  * holds part of block 2k (m < 2) or 2k + 1 (m >= 2)): stage 1 of hymt_q6_k_rows16, then two shuffle
