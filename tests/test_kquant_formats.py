@@ -467,7 +467,7 @@ def test_head_shaped_q6_k_gemv() -> None:
 def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
     lane = token from n = 3) and 16-row tiles (n >= 5, token tiles of 16 and passes of 64 tokens), the AMX tiles
-    (n >= 12) and the AVX2 8-row tiles;
+    (n >= 12) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
     rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
     extreme codes and sub-scales with ±127 activations."""
     rng = np.random.default_rng(66)
@@ -492,3 +492,12 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
                     )
     value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
     assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+    # Rows wider than the 3-4 token GEMV's stack table (256 blocks) take its heap table.
+    wide = random_weight("Q6_K", 16, 257 * 256, rng)
+    for n in (3, 4):
+        x = activations(n, 257 * 256, rng)
+        reference = matmul_isa("scalar", wide, x)
+        for isa in SIMD_ISAS:
+            np.testing.assert_array_equal(
+                bits(matmul_isa(isa, wide, x)), bits(reference), err_msg=f"{isa}, n = {n}"
+            )
