@@ -7,17 +7,28 @@
  *   1. each token's activations are prepared once per distinct activation layout (format.prepare),
  *      tokens split over the threads, then a barrier;
  *   2. output rows are cut into about four chunks per thread, each a multiple of HYMT_ROW_TILE so
- *      kernel row tiles never straddle threads, and handed out dynamically: a thread that runs slower
- *      (another process took its core, its pages were colder) does fewer chunks instead of holding the
- *      others at the closing barrier. For each chunk the format's GEMM runs over its rows for all n
- *      tokens (the kernel tiles tokens itself, loading each weight block once per token tile).
+ *      kernel row tiles never straddle threads. Thread t owns the run of chunks [t·C/nt, (t+1)·C/nt)
+ *      and takes it in order from its front; a thread whose run is done takes chunks from the back of
+ *      the others' runs (hymt_run_take), so a thread that runs slower (another process took its core,
+ *      its pages were colder) does fewer chunks instead of holding the others at the closing barrier.
+ *      For each chunk the format's GEMM runs over its rows for all n tokens (the kernel tiles tokens
+ *      itself, loading each weight block once per token tile).
+ *      Why runs: each thread's rows are one contiguous range, and the kernels' stream prefetch past the
+ *      end of a chunk lands in the same thread's next chunk. With one counter for all (until session
+ *      11) consecutive chunks alternated between the threads and every chunk started a cold stream.
+ *      Kernel benchmark, 2 threads, alternated, 3 runs: STQ1_0 n = 1 0.72-0.76 -> 0.78-0.80 of the
+ *      roofline, n = 4 0.39 -> 0.43, Q2_0C n = 4 0.52-0.57 -> 0.60, Q4_K, Q6_K and Q8_0 +0-4 %; 1.25Bit
+ *      decode step 18.71 -> 18.33 ms at one session, 33.03 -> 31.94 at four (medians of 3), 64-token
+ *      prefill 97-99 -> 91-96 ms; Q4_K steps and prefill unchanged. (One run per thread and no
+ *      balancing measured 0.80 too, but then a slowed thread holds the other at the barrier.)
  * Up to HYMT_OVERLAP_TOKENS tokens (decode) there is no barrier between the two: the (layout, token)
- * items and then the chunks are taken from atomic counters, and a thread that finds no item left waits
- * only until the items others took are done. Why: a worker that slept since the last region
+ * items are taken from an atomic counter, and a thread that finds no item left waits only until the
+ * items others took are done. Why: a worker that slept since the last region
  * (GOMP_SPINCOUNT, set in hymt/__init__.py, is a few µs; Python between two calls is longer) takes
  * tens of µs to wake on this VM. The calling thread enters the region at once; with a barrier it
- * waited for the sleeper, now it prepares the activations and streams chunks alone until the worker
- * joins. This pays only in the first product after such a gap: measured when every layer returned to
+ * waited for the sleeper, now it prepares the activations and streams its chunks alone until the
+ * worker joins (and takes the worker's run from its back if the worker is late). This pays only in the
+ * first product after such a gap: measured when every layer returned to
  * Python (a layer's qkv: the worker arrived 25-45 µs late there, 1-3 µs in the others); a decode step
  * now runs all its layers in one call (ops.run_layers), so the gaps left are between steps. Synthetic
  * 1.8B decode, 2 threads, old and new alternated in one process, µs per layer's qkv (medians): 1.25Bit
@@ -117,6 +128,19 @@ static inline int64_t hymt_row_chunk(int64_t total, int nth) {
     return (chunk + HYMT_ROW_TILE - 1) / HYMT_ROW_TILE * HYMT_ROW_TILE;
 }
 
+/* A thread's run of chunks [front, back), packed as front | back << 32: its owner takes chunks from the
+ * front, threads whose own run is done take them from the back. Returns the chunk taken, or -1. */
+static inline int64_t hymt_run_take(uint64_t *run, int from_back) {
+    uint64_t s = __atomic_load_n(run, __ATOMIC_RELAXED);
+    for (;;) {
+        uint64_t front = s & 0xffffffffu, back = s >> 32;
+        if (front >= back) return -1;
+        uint64_t next = from_back ? front | (back - 1) << 32 : (front + 1) | back << 32;
+        if (__atomic_compare_exchange_n(run, &s, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return (int64_t)(from_back ? back - 1 : front);
+    }
+}
+
 static inline int64_t hymt_chunk_end(int64_t ci, int64_t chunk, int64_t total) {
     return (ci + 1) * chunk < total ? (ci + 1) * chunk : total;
 }
@@ -179,13 +203,14 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
     /* act: [nprep][n][stride] prepared activations; up: [nt][n][HYMT_SILU_ROWS] up-projection tiles */
     uint8_t *act = NULL;
     float *up = NULL;
-    if (act_bytes > 0 && (act = (uint8_t *)aligned_alloc(64, (act_bytes + 63) / 64 * 64)) == NULL) return -1;
-    if (silu) {
-        size_t up_bytes = ((size_t)nt * (size_t)n * HYMT_SILU_ROWS * sizeof(float) + 63) / 64 * 64;
-        if ((up = (float *)aligned_alloc(64, up_bytes)) == NULL) {
-            free(act);
-            return -1;
-        }
+    uint64_t *runs = (uint64_t *)aligned_alloc(64, (size_t)nt * 64); /* [nt][8]: thread t's run at runs[8t] */
+    size_t up_bytes = ((size_t)nt * (size_t)n * HYMT_SILU_ROWS * sizeof(float) + 63) / 64 * 64;
+    if ((act_bytes > 0 && (act = (uint8_t *)aligned_alloc(64, (act_bytes + 63) / 64 * 64)) == NULL) ||
+        (silu && (up = (float *)aligned_alloc(64, up_bytes)) == NULL) || runs == NULL) {
+        free(act);
+        free(up);
+        free(runs);
+        return -1;
     }
     for (int k = 0; k < nm; k++) {
         int s = slot_of[k];
@@ -197,7 +222,9 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
     const int64_t items = (int64_t)nprep * n, chunk = hymt_row_chunk(total_rows, nt);
     const int64_t nchunks = (total_rows + chunk - 1) / chunk;
     const int overlap = n <= HYMT_OVERLAP_TOKENS;
-    int64_t item_next = 0, items_done = 0, chunk_next = 0; /* shared counters (atomics), overlap only */
+    int64_t item_next = 0, items_done = 0; /* shared counters (atomics), overlap only */
+    for (int t = 0; t < nt; t++)
+        runs[8 * t] = (uint64_t)(t * nchunks / nt) | (uint64_t)((t + 1) * nchunks / nt) << 32;
 
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -211,25 +238,22 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
             }
             /* the items others took (at n = 1, one, microseconds): their activations are read below */
             while (__atomic_load_n(&items_done, __ATOMIC_ACQUIRE) < items) hymt_spin_pause();
-            for (int64_t ci; (ci = __atomic_fetch_add(&chunk_next, 1, __ATOMIC_RELAXED)) < nchunks;)
-                hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols,
-                              tile);
-        } else {
-            if (nprep > 0) {
+        } else if (nprep > 0) {
 #pragma omp for schedule(static)
-                for (int64_t i = 0; i < items; i++) {
-                    int64_t s = i / n, t = i % n;
-                    prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
-                }
+            for (int64_t i = 0; i < items; i++) {
+                int64_t s = i / n, t = i % n;
+                prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
             }
-#pragma omp for schedule(dynamic, 1) nowait
-            for (int64_t ci = 0; ci < nchunks; ci++)
-                hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols,
-                              tile);
         }
+        /* its own run first, in order, then the others' from their back ends */
+        const int me = omp_get_thread_num();
+        for (int k = 0; k < nt; k++)
+            for (int64_t ci; (ci = hymt_run_take(&runs[8 * ((me + k) % nt)], k > 0)) >= 0;)
+                hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols, tile);
     }
     free(act);
     free(up);
+    free(runs);
     return 0;
 }
 
