@@ -672,9 +672,9 @@ def test_moe_layer_equals_per_token_moe(synthetic, fmt, float_path):
 
 
 @pytest.mark.parametrize("moe_model", [False, True])
-def test_cancel_in_a_decode_step_is_noticed_before_the_head(fixtures, moe_model):
+def test_cancel_in_a_decode_step_is_noticed_after_its_call(fixtures, moe_model):
     model = hymt.load(fixtures[(moe_model, True)])
-    checks: list[int] = []  # once armed: a decode step checks before its layers and before the head
+    checks: list[int] = []  # once armed: a decode step checks before its C call (layers + head) and after it
     armed: list[int] = []
 
     def cancel() -> bool:

@@ -554,6 +554,54 @@ def test_run_layers_equals_one_call_per_layer():
         ops.run_layers(layers[:2] + [object()], *bufs, positions, bounds, keys, values)
 
 
+def test_run_layers_with_head_equals_add_rmsnorm_and_matmul():
+    """run_layers' head (hidden += delta, RMSNorm, output product, finiteness): the bits of ops.add_rmsnorm
+    and quant.matmul after the layers; False when a logit is not finite; shapes checked first."""
+    from hymt import quant
+
+    h, H, K, D, F, V = 64, 4, 2, 16, 96, 80
+    layers = [_dense_layer(h, H, K, D, F)[0] for _ in range(2)]
+    n = 2
+    caches = [[(rand(K, 16, D), rand(K, 16, D)) for _ in range(n)] for _ in layers]
+    hidden, delta, norm = rand(n, h), rand(n, h), 1.0 + 0.1 * rand(h)
+    weight = rand(V, h) * 0.2
+    positions, bounds = np.array([5, 9], np.int64), np.arange(n + 1, dtype=np.int64)
+
+    def run(w: np.ndarray, head: bool):
+        hid, dl = hidden.copy(), delta.copy()
+        keys = [[k.copy() for k, _ in layer] for layer in caches]
+        values = [[v.copy() for _, v in layer] for layer in caches]
+        x, q, k, v, att, ffn = (np.empty((n, c), np.float32) for c in (h, H * D, K * D, K * D, H * D, F))
+        packed = quant.packed(_F32Weight("output", w))
+        logits = np.empty((n, V), np.float32)
+        extra = (packed, norm, logits) if head else None
+        finite = ops.run_layers(layers, hid, dl, x, q, k, v, att, positions, bounds, keys, values, 2, ffn,
+                                None, extra)  # fmt: skip
+        if head:
+            return logits, finite
+        out = np.empty((n, h), np.float32)
+        ops.add_rmsnorm(hid.copy(), dl, norm, 1e-5, out, 2)
+        return quant.matmul(_F32Weight("output", w), out, float_path=True), finite
+
+    fused, finite = run(weight, True)
+    expected, none = run(weight, False)
+    assert finite is True and none is None
+    np.testing.assert_array_equal(fused, expected)
+    bad = weight.copy()
+    bad[V - 1, 3] = np.inf
+    assert run(bad, True)[1] is False
+    bufs = [np.empty((n, c), np.float32) for c in (h, h, h, H * D, K * D, K * D, H * D)]
+    keys = [[k for k, _ in layer] for layer in caches]
+    values = [[v for _, v in layer] for layer in caches]
+    packed = quant.packed(_F32Weight("output", weight))
+    with pytest.raises(KernelError, match="logits must be"):
+        ops.run_layers(layers, *bufs, positions, bounds, keys, values, 1, np.empty((n, F), np.float32), None,
+                       (packed, norm, np.empty((n, V + 1), np.float32)))  # fmt: skip
+    with pytest.raises(KernelError, match="output norm"):
+        ops.run_layers(layers, *bufs, positions, bounds, keys, values, 1, np.empty((n, F), np.float32), None,
+                       (packed, norm[1:], np.empty((n, V), np.float32)))  # fmt: skip
+
+
 # ---- the HyV3 MoE FFN in one call ----------------------------------------------------------------------
 
 
