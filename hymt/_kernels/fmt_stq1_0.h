@@ -314,6 +314,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_index_bw(const uint8_t *blk, __m512i
             (pl)[p_] = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p_], nib_), neg_, tab1[p_], nib_); \
     } while (0)
 
+/* One row-block's lane planes against one token's plane-ordered activations q[256]: 16 exact partial
+ * sums of Σ lane·q (vpdpbusd: unsigned lanes × signed activations). */
+HYMT_TARGET_AVX512 HYMT_INLINE __m512i stq1_planes_dot(const __m512i pl[4], const int8_t *q) {
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0], _mm512_loadu_si512((const void *)q));
+    s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));
+    s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128)));
+    return _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192)));
+}
+
 /* Exact 16-lane → quarter-lane folding of two rows' block sums (lanes |x| ≤ 16·2·127 = 4064, so the
  * int16 saturation of packs never triggers): per 128-bit quarter, dwords [a0+a1, a2+a3, b0+b1, b2+b3].
  * Applied twice it turns four rows into one vector holding, per quarter, the rows' quarter sums. */
@@ -388,12 +397,7 @@ HYMT_INLINE hymt_lines stq1_step_lines(const uint8_t *nx, int64_t b, int64_t nb,
                         __m512i pl[4];                                                                  \
                         PLANES(blk, pl);                                                                \
                         for (int t = 0; t < T; t++) {                                                   \
-                            const int8_t *q = a0[t * ts + b].qs;                                        \
-                            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0],              \
-                                                            _mm512_loadu_si512((const void *)q));       \
-                            s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));  \
-                            s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128))); \
-                            lanes[t][e] = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
+                            lanes[t][e] = stq1_planes_dot(pl, a0[t * ts + b].qs);                       \
                         }                                                                               \
                     }                                                                                   \
                     for (int t = 0; t < T; t++) pair[t][h] = stq1_fold2(lanes[t][0], lanes[t][1]);      \
@@ -508,10 +512,7 @@ typedef struct {
                     const int8_t *q = ((const hymt_q8g *)(act + (AOFF)))->qs;                           \
                     __m512i pl[4];                                                                      \
                     PLANES(blk, pl);                                                                    \
-                    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pl[0], _mm512_loadu_si512((const void *)q)); \
-                    s = _mm512_dpbusd_epi32(s, pl[1], _mm512_loadu_si512((const void *)(q + 64)));      \
-                    s = _mm512_dpbusd_epi32(s, pl[2], _mm512_loadu_si512((const void *)(q + 128)));     \
-                    lanes[e] = _mm512_dpbusd_epi32(s, pl[3], _mm512_loadu_si512((const void *)(q + 192))); \
+                    lanes[e] = stq1_planes_dot(pl, q);                                                  \
                 }                                                                                       \
                 pair[h] = stq1_fold2(lanes[0], lanes[1]);                                               \
             }                                                                                           \
