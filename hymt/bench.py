@@ -156,7 +156,19 @@ def rates(
 
 
 def peak_rss_bytes() -> int | None:
-    """Peak resident set of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident set of this process: VmHWM on Linux, else ru_maxrss (KiB on Linux, bytes on macOS).
+
+    Linux keeps ru_maxrss across fork and exec, so a process started by a large one (model_table after its
+    2 GiB bandwidth pool, the llama.cpp child of a loaded hymt-bench) reported its parent's peak: Q4_K
+    1878-1910 instead of 1196 MiB. VmHWM belongs to the process's own address space.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 

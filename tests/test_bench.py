@@ -326,3 +326,20 @@ def test_seeded_sampling_is_identical_across_concurrent_runs(data_dir: Path) -> 
     assert ids[0] == ids[1] == ids[2]
     alone = report(data_dir, *args)
     assert alone["runs"][0]["completion"]["token_ids"] == ids[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the inherited ru_maxrss is a Linux trait")
+def test_peak_rss_is_the_process_own_not_its_parents() -> None:
+    """A process started by a large one (model_table after its bandwidth pool, hymt-bench's llama.cpp child)
+    reports its own peak: ru_maxrss would carry the parent's 512 MiB across fork and exec."""
+    probe = "from hymt.bench import peak_rss_bytes; print(peak_rss_bytes())"
+    parent = (
+        "import subprocess, sys\n"
+        "import numpy as np\n"
+        "pool = np.ones(512 << 20, dtype=np.uint8)  # touched: resident\n"
+        f"print(subprocess.run([sys.executable, '-c', {probe!r}], capture_output=True, text=True, check=True).stdout)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True, env=env)
+    child_peak = int(out.stdout.split()[0])
+    assert 10 * 2**20 < child_peak < 256 * 2**20
