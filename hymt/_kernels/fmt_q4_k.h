@@ -480,7 +480,30 @@ static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_
  * 65536×2048 0.62 / 0.65 → 0.83 / 0.87; without the software prefetch 0.64–0.80, 1 or 3 blocks ahead
  * within noise of 2, S = 4 (the gate/up product's 64-row calls) 0.67–0.79. The same kernel at one or two
  * tokens beats the row-at-a-time GEMV at one thread (n = 2: 0.75 → 0.91 at 2048×2048) but loses at two
- * threads (n = 1: 0.82 → 0.71–0.75, n = 2: 0.68 → 0.63), so the GEMV keeps n <= 2. */
+ * threads (n = 1: 0.82 → 0.71–0.75, n = 2: 0.68 → 0.63), so the GEMV keeps n <= 2.
+ * Zen 4 (session 12, AMD EPYC, 2 cores; one zmm vpdpbusd per cycle, vpdpwssd / vpmulld / vpmaddwd on the
+ * same pipes, shuffles and logic on others). Hot (256×2048 in L2, one thread, cycles per 16 rows ×
+ * block, best of calls): this kernel T = 1 280, 2 340, 3 415, 4 490, 8 900 (~70–100 per token on ~210
+ * fixed); the GEMV n = 1 415, n = 2 555. From DRAM the GEMV still wins at 1–2 tokens (kernelbench,
+ * 3 alternated runs, medians, µs per call: n = 1 212 vs 250 at one thread, 136 vs 158 at two; n = 2
+ * 287 vs 282 at one, 161 vs 187 at two), so the thresholds stay. The kernel's DRAM time at 4 tokens is
+ * ~1.5× its hot time (one thread ~740 vs 490 cycles per 16 rows × block; two ~780), so memory overlap
+ * is as large a loss here as the instruction count. Timing probes at T = 4, hot (each part removed, so
+ * wrong values): the code transposes −70 cycles, the header vectors −45, the 8 sc vpdpwssd per token
+ * −15, the put back and B −50, the prefetches −20; all of them removed: 330 (the 256 vpdpbusd).
+ * Tried and not kept: (1) the put back folded into the scale step (chains started at 65528·bsum_j so
+ * that the high word carries bsum_j, pairs (sc, 8·sc)): wrong, the high word is bsum_j − 1 whenever
+ * the chain's low word is negative (the word split is not a signed decomposition), and no centring
+ * keeps a 32-input chain in 0..32767; (2) vpmulld by sc on uncentred chains instead of vpdpwssd + put
+ * back: one op fewer per sub-block here, but vpmulld is two uops on Intel; not measured; (3) the
+ * transposes' cross-lane stages done by 128-bit loads (vinserti32x4 from memory, then 8 unpacks per
+ * 4 vectors): T = 3 415 → 430, T = 4 490 → 510 (masked vbroadcasti32x4 instead of the inserts: worse,
+ * +0.6 cycle each against vpdpbusd); (4) software pipelining, each half block's transpose placed among
+ * the previous half's chains (the header of the next block computed in between): T = 1 280 → 370–450,
+ * T = 4 490 → 560–650 (spills: GCC keeps the transpose state in memory); (5) lane rows S = 4, 8, 32
+ * instead of 16 (DRAM, one thread, n = 4): 1.12–1.33× the time of 16; (6) prefetch distances (L1 1–4
+ * blocks ahead, an L2 hint 4–16 ahead): within noise (±10 %) at two threads; huge pages (THP) for
+ * the weights: best calls −10 %, means within noise. */
 #define HYMT_Q4_K_LANE_ROWS 16
 #define HYMT_Q4_K_ROWS_AHEAD 2
 typedef struct {

@@ -250,7 +250,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
  * for the unpack (vgf2p8affineqb moves the qh bit pairs and the high nibble and clears the rest: 5
  * operations instead of 7 per 64 ql bytes): hot n = 1–4 +3..+9 % on this core; for 3–4 tokens other
  * prefetch distances (L2 4096 or 12288, L1 512 or 2048 bytes) or no L1 hint: 0..+9 %. Timing probes
- * without effect: the chain starts from zero (no nb32 loads), the pair scale step replaced by adds. */
+ * without effect: the chain starts from zero (no nb32 loads), the pair scale step replaced by adds.
+ * Zen 4 (session 12, AMD EPYC, 2 cores): hot (512×2048 in L2, one thread, best of calls) 30, 37, 50, 52
+ * cycles per block at n = 1, 2, 3, 4, against ~43 per block that a core's share of the read rate allows
+ * at two threads: n >= 3 is compute-bound here. The lane = token step still wins at 3-4 tokens (n = 3
+ * 728 vs 758, n = 4 839 vs 877 cycles per 16 blocks without it). */
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
