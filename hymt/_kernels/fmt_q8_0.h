@@ -25,7 +25,7 @@
  * decode batches) skip the scratch: each block is transposed in registers and used at once. The
  * transpose costs shuffles, not memory traffic, so the weight stream stays the GEMV's bottleneck; the
  * small batches give each lane a run of consecutive rows (one long stream per lane) and prefetch it in
- * software (hymt_q8_0_small_avx512), the panel path prefetches its rows (hymt_q8_0_prefetch).
+ * software into L1 and, further ahead, L2 (hymt_q8_0_small_avx512), the panel path prefetches its rows (hymt_q8_0_prefetch).
  * Float path: decode 8 blocks (256 floats) at a time and sum the chunk dots. */
 #ifndef HYMT_FMT_Q8_0_H
 #define HYMT_FMT_Q8_0_H
@@ -265,11 +265,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const __m512i *W, cons
  * 0.76–0.79; L2 hints 4–10 groups ahead, as bursts per group (0.66–0.71) or spread (no gain with
  * S = 16); L1 distance 1 / 3 / 4 groups (−4 % / same / same).
  * AMD Zen 4 (EPYC, 2 cores, L2 1 MiB): the L1 prefetches alone leave one thread at ~16 GB/s of ~30 from
- * DRAM while the kernel runs at ~60 cycles per 16 × 32 block from L2 (33 GB/s): a core has few L1 miss
- * buffers, so the same lines are also prefetched HYMT_Q8_0_PREFETCH_L2_GROUPS groups ahead into L2 (the
- * L1 prefetch two groups later then hits L2). Measured (kernelbench, Q8_0 layer shapes from DRAM, GB/s,
- * medians of 3 alternated runs, 1 / 2 threads): n = 1 18.3 / 25.4 → 24.6 / 34.5, n = 2 16.4 / 22.3 →
- * 21.1 / 27.3, n = 4 15.6 / 22.1 → 18.8 / 26.0. */
+ * DRAM while the kernel runs at ~60 cycles per 16 × 32 block from L2 (33 GB/s, n = 1; ~95 at n = 4): a
+ * core has few L1 miss buffers, so the same lines are also prefetched HYMT_Q8_0_PREFETCH_L2_GROUPS groups
+ * ahead into L2 (the L1 prefetch two groups later then hits L2). Zen-4-driven: on the Intel box the
+ * spread L2 hints gave no gain (above), and cost only the extra prefetch instructions. Measured on Zen 4
+ * (kernelbench, Q8_0 layer shapes from DRAM, GB/s, medians of 3 alternated runs, 1 / 2 threads): n = 1
+ * 18.3 / 25.4 → 24.6 / 34.5, n = 2 16.4 / 22.3 → 21.1 / 27.3, n = 4 15.6 / 22.1 → 18.8 / 26.0; L2
+ * distance 3 / 6 / 8 groups and L1 distance 1 / 3 within noise of 4 and 2. Tried and not kept on Zen 4
+ * (L2-resident 256 × 2048, cycles per block, n = 1 / 4): the d gather replaced by 16 scalar loads and
+ * stores per block or 128 per group (62 / 95 → 63.5 / 97), two vpdpbusd chains per block (no change). */
 HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, size_t row_bytes, int64_t r0,
                                                             int64_t r1, const uint8_t *act, size_t act_stride,
                                                             int64_t groups, float *y, int64_t y_stride,
