@@ -476,7 +476,13 @@ STQ1_GEMV(stq1_gemm_avx512bw, HYMT_TARGET_AVX512, stq1_gemv_tile_bw)
  * on past the call's last row like the row tiles' (the 1.25Bit decode's gate/up products run in
  * 64-row calls whose next rows are the same thread's: stopping at the call's end made its step 2 %
  * slower, 7 alternated runs, although the kernel benchmark, whose consecutive chunks go to different
- * threads, gained 2 %); the call's first STQ1_SEQ_PF_L2 bytes are fetched on entry. */
+ * threads, gained 2 %); the call's first STQ1_SEQ_PF_L2 bytes are fetched on entry.
+ * Zen 4 (EPYC, session 12): each group's 16 scales by 16 scalar loads into a buffer instead of the
+ * vpgatherdd (~23 cycles of vector pipes here, of ~200 per group): one thread, 2048 × 2048 in L2,
+ * fastest of 400 calls, alternated: 58.8 → 56.3 µs (−4 %), kernel benchmark from DRAM 1 thread −5 %,
+ * 2 threads equal; but the 1.25Bit decode step at one session did not follow (4 alternations,
+ * medians 19.1 / 20.8 / 19.5 / 20.0 ms with the gather, 21.6 / 21.2 / 20.5 / 20.1 with the loads), so
+ * the gather stays. */
 #define STQ1_SEQ_MAX_BLOCKS 256 /* per row (65536 columns); wider rows take the row-tile kernel */
 #define STQ1_SEQ_PF_L1 1024     /* bytes ahead in the stream (multiples of 64) */
 #define STQ1_SEQ_PF_L2 6144
@@ -651,7 +657,28 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
  * bit-selects instead of 16 index builds and the 64-shuffle transpose): that phase 68 → 57 ticks, but
  * the kernel from DRAM at 2 threads n = 4 +1.5 %, n = 5 −1.3 %, n = 6 0,
  * and as the AMX decode n = 8 +1 %, 16 +3 %, 64 +0.5 %; the AMX tiles from n = 2 (token tiles padded to
- * 16): ~127 µs per layer call for any n = 2..6 from DRAM, against 103 µs here at n = 4. */
+ * 16): ~127 µs per layer call for any n = 2..6 from DRAM, against 103 µs here at n = 4.
+ * Zen 4 (AMD EPYC, 2 cores, session 12; other engineers' compiles shared the machine, so the figures
+ * are the fastest calls). n = 3 stays on the GEMV: this kernel ran it faster alone (one thread,
+ * 2048 × 2048 in L2, fastest of 400 calls, alternated: 109.0 → 99.0 µs; kernel benchmark from DRAM,
+ * fastest calls: 1 thread 171.4 → 156-158 µs, 2 threads 87.2-87.5 → 81.6-82.6), but the 1.25Bit
+ * model's decode step at 3 sessions (synthetic 1.8B, 2 threads, 4 alternations) went 33.0 → 34.7 ms
+ * (medians; fastest steps 30.2-31.5 → 31.7-33.4); n = 2 on it: +5 % in L2.
+ * Where n = 4 goes here (one thread, L2, 826 cycles per 32-row tile × block): the dot phase alone
+ * (the build left out) 640 (512 vpdpbusd + 128 vpermb: 0.8 of the vpdpbusd rate), the build ~190.
+ * Tried and not kept (alternated, one thread, L2): the index vectors built from transposed code bytes
+ * in four units of 4 code dwords × 16 rows (16 masked 128-bit broadcast loads put rows 4L + k in
+ * 128-bit lane L, two unpack stages finish the transpose; the sign qwords staged by scalar stores,
+ * one vpermt2d per unit, 8 vpmultishiftqb + 8 bit-selects + 4 word shifts: 42 shuffle-class ops per
+ * 16 rows against 96), each unit interleaved before 4 of the 16 dot steps of the previous block (so
+ * that Zen 4's spare shuffle slots could take it), signs and scales staged two blocks ahead: n = 4
+ * 116.7 → 117.2 µs, n = 9, 16, 64 +8, +5, +2 % (the build alone is not cheaper here; with vinserti32x4
+ * from memory instead of the masked broadcasts slower again: n = 16 +10 %), n = 8 ×4.8 (the unrolled
+ * 16 steps with the build in them spill). The scales by scalar loads (as tried in the stream
+ * kernel) in these tiles: n = 3, 4 within ±2 %, so the gather stays. The vpdpbusd in inline asm
+ * (no register copies by GCC): n = 4..64 equal (±0.8 %). The 16 steps unrolled by 4 or 16 for T =
+ * 3..6: equal. Beware of code layout: builds differing only in unrelated code moved n = 8 by 4 %
+ * (193.6 against 201.0). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
