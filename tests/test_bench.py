@@ -337,9 +337,13 @@ def test_peak_rss_is_the_process_own_not_its_parents() -> None:
         "import subprocess, sys\n"
         "import numpy as np\n"
         "pool = np.ones(512 << 20, dtype=np.uint8)  # touched: resident\n"
-        f"print(subprocess.run([sys.executable, '-c', {probe!r}], capture_output=True, text=True, check=True).stdout)"
+        f"print(subprocess.run([sys.executable, '-P', '-c', {probe!r}], capture_output=True, text=True,"
+        " check=True).stdout)"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True, env=env)
+    # The hymt under test, as in bench(): installed or built in place, never the bare source tree.
+    env = {**os.environ, "PYTHONPATH": str(Path(kernels.__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", parent], capture_output=True, text=True, check=True, env=env
+    )
     child_peak = int(out.stdout.split()[0])
     assert 10 * 2**20 < child_peak < 256 * 2**20

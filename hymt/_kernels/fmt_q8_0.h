@@ -25,7 +25,8 @@
  * decode batches) skip the scratch: each block is transposed in registers and used at once. The
  * transpose costs shuffles, not memory traffic, so the weight stream stays the GEMV's bottleneck; the
  * small batches give each lane a run of consecutive rows (one long stream per lane) and prefetch it in
- * software into L1 and, further ahead, L2 (hymt_q8_0_small_avx512), the panel path prefetches its rows (hymt_q8_0_prefetch).
+ * software into L1 and, further ahead, L2 (hymt_q8_0_small_avx512), the panel path prefetches its rows
+ * (hymt_q8_0_prefetch).
  * Float path: decode 8 blocks (256 floats) at a time and sum the chunk dots. */
 #ifndef HYMT_FMT_Q8_0_H
 #define HYMT_FMT_Q8_0_H
