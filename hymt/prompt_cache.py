@@ -6,7 +6,9 @@ finished request's session still holds the keys and values of every token it saw
 a new prompt sharing its first k tokens continues from it after ``rewind(k)`` and prefills only the rest.
 When a running request's session shares more (requests that arrived together after a common one, a
 conversation that is still generating), its first k positions are copied instead (``copy_prefix``:
-128 KiB per position on the 1.8B, far cheaper than computing them).
+128 KiB per position on the 1.8B, far cheaper than computing them). A copy also keeps an idle session
+whole when the new prompt leaves it before its own end (a different text after the same instruction):
+rewinding it would throw away the part that a repeat of its prompt would reuse.
 Every per-token operation of the forward pass reads only that token's inputs and the cache, so the
 result is bit-identical to prefilling the whole prompt on a fresh session: a request's output does not
 depend on what ran before it.
@@ -53,18 +55,28 @@ class PromptCache:
         """A session for a new request whose prompt is ``prompt``; ``busy`` are the running requests' sessions.
 
         The longest prefix shared with the prompt (at most all but its last token, whose logits the request
-        needs) comes from an idle session, which is handed over rewound to it, or, when a running request's
-        session shares more (requests that arrived together, a conversation still generating), is copied
-        from that one; the most recent idle session wins a tie.
+        needs) comes from an idle session, or, when a running request's session shares more (requests that
+        arrived together, a conversation still generating), is copied from that one; the most recent idle
+        session wins a tie. The idle session is handed over rewound when the prompt holds all of it, or all
+        but its tail after the prompt (a repeat: the request writes that tail again). When the prompt leaves
+        it earlier (the same instruction, another text), its shared part is copied and the session stays
+        idle for a repeat of its own prompt: into a new session while the bound allows, else into the least
+        recently used idle one (rewound itself when that is the least recently used).
         """
         idle_index, idle_length = self._longest(self._idle, prompt)
         busy_index, busy_length = self._longest(busy, prompt)
+        room = len(busy) + len(self._idle) < self.limit
         if idle_length and idle_length >= busy_length:
-            session = self._idle.pop(idle_index)
-            session.rewind(idle_length)
+            best = self._idle[idle_index]
+            if idle_length in (len(prompt) - 1, best.position) or (not room and idle_index == 0):
+                session = self._idle.pop(idle_index)
+                session.rewind(idle_length)
+            else:  # the prompt leaves it before its end: keep it whole, copy the shared part
+                session = self.model.new_session(self.context) if room else self._idle.pop(0)
+                session.copy_prefix(best, idle_length)
             reused = idle_length
         else:
-            if len(busy) + len(self._idle) < self.limit or not self._idle:
+            if room or not self._idle:
                 session = self.model.new_session(self.context)
             else:  # at the bound: the least recently used idle session's memory, emptied
                 session = self._idle.pop(0)

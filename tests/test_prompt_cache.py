@@ -282,3 +282,30 @@ def test_server_flag_turns_the_cache_off(model: Any) -> None:
             assert (engine.prompt_cache is not None) is enabled
         finally:
             engine.shutdown()
+
+
+def test_an_idle_session_left_early_is_kept_whole_for_a_repeat(model: Any) -> None:
+    """The same instruction before another text copies the instruction and keeps the idle session whole, so a
+    repeat of its own prompt still reuses all of it; at the bound the copy goes into the least recently used
+    idle session, which is rewound itself when it is the one sharing most."""
+    cache = PromptCache(model, 64, limit=3)
+    a = cache.take([5, 6, 7, 8], busy=[])
+    model.forward(a, [5, 6, 7, 8, 30])  # instruction 5, 6, text 7, 8, one generated token
+    cache.give(a)
+    b = cache.take([5, 6, 9, 10], busy=[])  # another text: room, so a new session with a copy of 5, 6
+    assert b is not a and b.tokens == [5, 6] and a.tokens == [5, 6, 7, 8, 30] and cache.idle == 1
+    fresh = model.new_session(64)
+    np.testing.assert_array_equal(model.forward(b, [9, 10]), model.forward(fresh, [5, 6, 9, 10]))
+    cache.give(b)
+    c = cache.take([5, 6, 7, 8], busy=[])  # a repeat: the whole prompt but its last token, rewound in place
+    assert c is a and c.tokens == [5, 6, 7] and cache.idle == 1
+    model.forward(c, [8, 31])
+    cache.give(c)
+    # at the bound (one running, two idle: b, then a), another text copies into the least recent (b) ...
+    running = model.new_session(64)
+    d = cache.take([5, 6, 7, 1, 2], busy=[running])
+    assert d is b and d.tokens == [5, 6, 7] and a.tokens == [5, 6, 7, 8, 31] and cache.idle == 1
+    # ... and the one left is the least recent, so it is rewound itself
+    e = cache.take([5, 6, 2, 3], busy=[running, d])
+    assert e is a and e.tokens == [5, 6] and cache.idle == 0
+    assert cache.hits == 4 and cache.reused_tokens == 2 + 3 + 3 + 2
