@@ -15,7 +15,8 @@ parallel slots: it serves one request at a time, which the report states next to
     python bench/serve_load.py --model synthetic:1.8b:q4_k --threads 2 --llama-cpp-server
 
 The server runs with as many active slots as the largest level, so no request waits in the queue.
-Every client uses its own prompt (the same set for both servers), greedy decoding and a fixed token budget.
+Every request of a run uses its own sentence (the same sequence for every server), greedy decoding and a
+fixed token budget.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from hymt.cli import resolve_model  # noqa: E402
 
+# One sentence per request of a default run (levels 1, 2, 4, 8 × 2 requests = 30), so no request repeats an
+# earlier prompt: a server's prompt cache then saves only the shared instruction, at every level alike (with
+# the 8 sentences used before, levels 2-8 re-sent texts that level 1 and 2 had served, and a cache that kept
+# whole prompts served those from memory, inflating the higher levels' rates).
 SENTENCES = [
     "The weather is nice today, so we are going to the park.",
     "Please send me the report before Friday afternoon.",
@@ -51,6 +56,30 @@ SENTENCES = [
     "Our team will present the new product at the conference.",
     "Could you recommend a good restaurant near the hotel?",
     "The museum is closed on Mondays and public holidays.",
+    "My grandmother grows tomatoes and beans in her small garden.",
+    "The meeting has been moved to Thursday at three o'clock.",
+    "He forgot his umbrella and got wet on the way home.",
+    "This bridge was built more than two hundred years ago.",
+    "We need to buy milk, bread and eggs for breakfast.",
+    "The children painted pictures of animals in the classroom.",
+    "Please turn off the lights when you leave the office.",
+    "The new library opens next month in the city centre.",
+    "I would like to book a table for four people tonight.",
+    "The river flooded the fields after three days of heavy rain.",
+    "Our flight was delayed because of a storm over the mountains.",
+    "The doctor told him to drink more water and rest.",
+    "They are planning a trip to the coast this summer.",
+    "The software update fixes several problems with the printer.",
+    "Her first novel was translated into twelve languages.",
+    "The shop on the corner sells fresh fruit every morning.",
+    "Students must hand in their essays by the end of the week.",
+    "The old castle attracts thousands of tourists every year.",
+    "We watched the sunset from the top of the hill.",
+    "The company hired twenty new engineers last spring.",
+    "Remember to bring your passport to the airport.",
+    "The concert was cancelled because the singer was ill.",
+    "A cup of green tea helps me relax in the evening.",
+    "The farmers hope for good weather during the harvest.",
 ]
 STARTUP_TIMEOUT_S = 900.0
 REQUEST_TIMEOUT_S = 600.0
@@ -302,10 +331,13 @@ def process_tree_cpu_seconds(pid: int) -> float | None:
     return total
 
 
-def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> dict[str, Any]:
-    """One level of ``streams`` concurrent clients. Besides the rates it reports the CPU each side spent
-    per generated token: on a small machine the load generator competes with the server for cores, and
-    the server's figure (compute threads included) shows how busy the level kept it."""
+def run_level(
+    target: Target, streams: int, requests: int, max_tokens: int, first_sentence: int
+) -> dict[str, Any]:
+    """One level of ``streams`` concurrent clients, its requests taking SENTENCES from ``first_sentence`` on.
+    Besides the rates it reports the CPU each side spent per generated token: on a small machine the load
+    generator competes with the server for cores, and the server's figure (compute threads included) shows
+    how busy the level kept it."""
     results: list[RequestResult] = []
     lock = threading.Lock()
     pid = target.process.pid if target.process is not None else None
@@ -315,7 +347,7 @@ def run_level(target: Target, streams: int, requests: int, max_tokens: int) -> d
 
     def client(index: int) -> None:
         for k in range(requests):
-            sentence = SENTENCES[(index + k * streams) % len(SENTENCES)]
+            sentence = SENTENCES[(first_sentence + index + k * streams) % len(SENTENCES)]
             outcome = stream_chat(
                 target, f"Translate the following text into Chinese:\n{sentence}", max_tokens
             )
@@ -358,9 +390,11 @@ def run_target(target: Target, levels: Sequence[int], requests: int, max_tokens:
     if warm.error is not None:
         raise RuntimeError(f"{target.name}: warm-up request failed: {warm.error}")
     rows = []
+    first_sentence = 0  # every request of the run its own sentence (they repeat only past len(SENTENCES))
     for streams in levels:
         print(f"serve_load: {target.name}: {streams} stream(s)", file=sys.stderr, flush=True)
-        rows.append(run_level(target, streams, requests, max_tokens))
+        rows.append(run_level(target, streams, requests, max_tokens, first_sentence))
+        first_sentence += streams * requests
     report: dict[str, Any] = {"server": target.name, "url": target.url, "levels": rows}
     base = rows[0]["aggregate_tokens_per_second"] if rows and rows[0]["streams"] == 1 else None
     if base:
