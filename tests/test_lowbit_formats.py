@@ -441,6 +441,36 @@ def test_stq1_full_token_passes_over_two_block_chunks_equal_the_tokens_alone(isa
         assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_stq1_table_lookup_tiles_and_token_passes_equal_the_tokens_alone(isa: str) -> None:
+    """From 8 tokens the AVX-512 VBMI kernel looks Σ digit·q up in tables the activations carry, on
+    64-row tiles in passes of 4 tokens: 8..11 tokens end on every pass size, 70 rows leave a second
+    tile with 6 live rows (three of its quarters masked), 3 blocks per row; each token must equal its
+    scalar product computed alone (other ISAs run their own kernels on the same cases)."""
+    rng = np.random.default_rng(15)
+    cols, rows = 3 * 256, 70
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(13, cols, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(13)])
+    for n in (8, 9, 10, 11, 13):
+        assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
+    part = PackedMatrix("part", "STQ1_0", (cols, rows - 5), w.data[5 * (cols // 256) * 42 :])
+    assert_same_floats(matmul_isa(isa, part, x[:9]), alone[:9, 5:])
+
+
+def test_stq1_batches_larger_than_one_activation_slab_equal_the_tokens_alone() -> None:
+    """A call whose prepared activations pass the driver's 8 MiB bound (STQ1_0 with lookup tables: ~19 KB
+    per token at 2048 columns) runs its tokens in slabs; the results must not show it."""
+    rng = np.random.default_rng(16)
+    cols, rows, n = 2048, 20, 520
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(n, cols, rng)
+    whole = quant.matmul(w, x)
+    for t in (0, 255, 443, 444, 519):
+        assert_same_floats(whole[t], matmul_isa("scalar", w, x[t]))
+    assert_same_floats(whole, matmul_isa("scalar", w, x))
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("isa", ISAS)
 def test_batch_composition_row_ranges_and_threads_do_not_change_results(dtype: str, isa: str) -> None:

@@ -58,7 +58,10 @@ static float hymt_row_dot_f32_q2_0c(const uint8_t *row, const float *x, int64_t 
 
 /* ---- activations: §3.4 groups, qs de-interleaved into planes (bsums recomputed per 16 bytes) ---- */
 
-static size_t hymt_act_stride_q2_0c(int64_t cols) { return hymt_act_stride_q8g(cols); }
+static size_t hymt_act_stride_q2_0c(int64_t cols, int64_t n) {
+    (void)n;
+    return hymt_act_stride_q8g(cols);
+}
 
 /* qs[64p + j] = natural[4j + p]; bsums of the new 16-byte chunks. */
 static void q2c_deinterleave_scalar(hymt_q8g *g) {
@@ -118,7 +121,8 @@ HYMT_TARGET_AVX512 static void q2c_quantize_group_avx512(const float *x, hymt_q8
 }
 #endif
 
-static void hymt_prepare_q2_0c(const float *x, int64_t cols, uint8_t *act) {
+static void hymt_prepare_q2_0c(const float *x, int64_t cols, int64_t n, uint8_t *act) {
+    (void)n;
     hymt_q8g *groups = (hymt_q8g *)act;
     for (int64_t k = 0; k < cols / HYMT_Q8G_SIZE; k++) {
         hymt_q8g *g = groups + k;

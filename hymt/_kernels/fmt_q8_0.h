@@ -70,9 +70,13 @@ static float hymt_row_dot_f32_q8_0(const uint8_t *row, const float *x, int64_t c
     return total;
 }
 
-static size_t hymt_act_stride_q8_0(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_q8_0_act); }
+static size_t hymt_act_stride_q8_0(int64_t cols, int64_t n) {
+    (void)n;
+    return (size_t)(cols / 256) * sizeof(hymt_q8_0_act);
+}
 
-static void hymt_prepare_q8_0(const float *x, int64_t cols, uint8_t *act) {
+static void hymt_prepare_q8_0(const float *x, int64_t cols, int64_t n, uint8_t *act) {
+    (void)n;
     hymt_q8_0_act *a = (hymt_q8_0_act *)act;
     hymt_q8g g;
     for (int64_t j = 0; j < cols / 256; j++) {

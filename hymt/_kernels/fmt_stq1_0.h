@@ -62,7 +62,12 @@
  * is prefetched while this one is decoded.
  * AVX-512BW (no VBMI): the same nibbles, the sign bits as a byte mask (vpshufb spread + vptestmb),
  * two vpshufb per plane (sign-0 / sign-1 tables).
- * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches): the index vectors of 16 rows are transposed once per
+ * AVX-512 VBMI, n ≥ STQ1_LUT_MIN (prefill, batches of 8+ sequences): table lookup instead of multiplies.
+ * A group's 4 weights take one of 32 digit patterns, so the activations of each call carry, per group
+ * position, the 32 values Σ digit·q (int16); a 16×16 dword transpose of 16 rows' index bytes gives, per
+ * position pair, 32 word indices, and one vpermt2w adds up 2 groups × 16 rows for one token (128
+ * multiply-adds where a vpdpbusd does 64). See "batched kernel by table lookup" below.
+ * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches; with VBMI up to STQ1_LUT_MIN − 1): the index vectors of 16 rows are transposed once per
  * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
  * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
  * decoded once per row tile for all tokens, no per-token reduction.
@@ -147,7 +152,30 @@ static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t
 
 /* ---- activations: §3.4 groups, qs permuted to plane order (bsums recomputed per 16 bytes) ---- */
 
-static size_t hymt_act_stride_stq1_0(int64_t cols) { return hymt_act_stride_q8g(cols); }
+/* In calls that the AVX-512 VBMI table-lookup kernel takes (below), each token's activations also carry
+ * its lookup tables: [nb] hymt_q8g groups, then STQ1_LUT_BYTES per block, the whole padded to a multiple
+ * of sizeof(hymt_q8g) because the other kernels step between tokens in whole groups. */
+#define STQ1_LUT_BYTES 2048 /* per block: 32 position pairs × 32 int16 */
+#define STQ1_LUT_MIN 8      /* tokens from which that kernel runs (measured: see there) */
+
+HYMT_INLINE int stq1_lut_wanted(int64_t n) {
+#if defined(HYMT_X86)
+    if (n < STQ1_LUT_MIN || hymt_active_isa != HYMT_ISA_AVX512 || !hymt_cpu()->avx512vbmi) return 0;
+#if defined(HYMT_HAVE_AMX)
+    if (hymt_amx_active()) return 0; /* from STQ1_AMX_MIN (= STQ1_LUT_MIN) tokens the AMX tiles run */
+#endif
+    return 1;
+#else
+    (void)n;
+    return 0;
+#endif
+}
+
+static size_t hymt_act_stride_stq1_0(int64_t cols, int64_t n) {
+    size_t groups = hymt_act_stride_q8g(cols), tables = (size_t)(cols / STQ1_BLOCK) * STQ1_LUT_BYTES;
+    if (!stq1_lut_wanted(n)) return groups;
+    return groups + (tables + sizeof(hymt_q8g) - 1) / sizeof(hymt_q8g) * sizeof(hymt_q8g);
+}
 
 /* Position of group g inside a 64-byte plane: even groups (low nibbles) first, then odd ones. */
 HYMT_INLINE int stq1_act_pos(int g) { return (g >> 1) | ((g & 1) << 5); }
@@ -190,7 +218,54 @@ HYMT_TARGET_AVX512 static void stq1_permute_group_avx512(hymt_q8g *g) {
 }
 #endif
 
-static void hymt_prepare_stq1_0(const float *x, int64_t cols, uint8_t *act) {
+HYMT_INLINE size_t stq1_lut_offset(int64_t cols) { return hymt_act_stride_q8g(cols); }
+
+#if defined(HYMT_X86)
+/* Lookup tables of one activation group for the batched VBMI kernel. Position pair s = 2j + e (j < 16,
+ * e < 2) is the plane positions A = 4j + e and B = A + 2; its table, 32 int16, is
+ *     tab[16·side + c] = T(A or B, c),   T(b, c) = Σ_p digit_p(c) · q_p(b)
+ * for codebook entry c < 16 (q_p(b) = qs[64p + b]). Entry c + 16 is the negation of entry c (the sign bit
+ * of a group negates all its digits, §2.6), so with the negated table beside it (the kernel forms it)
+ * an index nibble | side << 4 | sign << 5 looks up Σ digit·q of a group of 4 weights exactly
+ * (|T| <= 3 · 127) in one vpermt2w.
+ * Built with the unsigned form u = q + 128 (vpmaddubsw: u8 × s8): T = Σ_p digit_p · u_p − 128 Σ_p digit_p,
+ * per pair two vpermt2b (the pair's (u_0, u_1) and (u_2, u_3) byte pairs in every word), two vpmaddubsw
+ * (|Σ| <= 2 · 255: no saturation) and the bias. */
+static const int8_t STQ1_LUT_DIG01[64] = { /* word c: digits 0, 1 of entry c % 16 (STQ1_CODEBOOK) */
+    0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 1, -1, 1, 1, 1, -1, 1, 1, 1, -1, 1, 1, 1, -1,
+    0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 1, -1, 1, 1, 1, -1, 1, 1, 1, -1, 1, 1, 1, -1,
+};
+static const int8_t STQ1_LUT_DIG23[64] = { /* word c: digits 2, 3 of entry c % 16 */
+    1, 1, -1, 1, 1, -1, -1, -1, 1, 1, -1, 1, 1, -1, -1, -1, 0, 1, 0, 1, 0, -1, 0, -1, 1, 0, 1, 0, -1, 0, -1, 0,
+    1, 1, -1, 1, 1, -1, -1, -1, 1, 1, -1, 1, 1, -1, -1, -1, 0, 1, 0, 1, 0, -1, 0, -1, 1, 0, 1, 0, -1, 0, -1, 0,
+};
+static const int16_t STQ1_LUT_BIAS[32] = { /* 128 · Σ_p digit_p of entry c % 16 */
+    384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128,
+    384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128,
+};
+static const uint8_t STQ1_LUT_PAIR[64] = { /* vpermt2b bytes of word c: position (A or B) of plane 0 / 1, − A */
+    0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64,
+    2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66,
+};
+
+HYMT_TARGET_AVX512VBMI static void stq1_lut_tables_vbmi(const hymt_q8g *g, int16_t *tab) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i u0 = _mm512_xor_si512(_mm512_load_si512((const void *)g->qs), flip), /* [64] q + 128 */
+        u1 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 64)), flip),
+        u2 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 128)), flip),
+        u3 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 192)), flip);
+    const __m512i dig01 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG01), dig23 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG23);
+    const __m512i bias = _mm512_loadu_si512((const void *)STQ1_LUT_BIAS), pair = _mm512_loadu_si512((const void *)STQ1_LUT_PAIR);
+    for (int s = 0; s < 32; s++) {
+        const __m512i at = _mm512_add_epi8(pair, _mm512_set1_epi8((char)(4 * (s >> 1) + (s & 1)))); /* A = 4j + e */
+        __m512i t = _mm512_add_epi16(_mm512_maddubs_epi16(_mm512_permutex2var_epi8(u0, at, u1), dig01),
+                                     _mm512_maddubs_epi16(_mm512_permutex2var_epi8(u2, at, u3), dig23));
+        _mm512_store_si512((void *)(tab + 32 * s), _mm512_sub_epi16(t, bias));
+    }
+}
+#endif
+
+static void hymt_prepare_stq1_0(const float *x, int64_t cols, int64_t n, uint8_t *act) {
     hymt_q8g *groups = (hymt_q8g *)act;
     for (int64_t b = 0; b < cols / STQ1_BLOCK; b++) {
         hymt_q8g *g = groups + b;
@@ -203,6 +278,11 @@ static void hymt_prepare_stq1_0(const float *x, int64_t cols, uint8_t *act) {
 #endif
         stq1_permute_group_scalar(g);
     }
+#if defined(HYMT_X86)
+    if (stq1_lut_wanted(n))
+        for (int64_t b = 0; b < cols / STQ1_BLOCK; b++)
+            stq1_lut_tables_vbmi(groups + b, (int16_t *)(act + stq1_lut_offset(cols) + b * STQ1_LUT_BYTES));
+#endif
 }
 
 /* ---- int8 GEMM: scalar reference ---- */
@@ -798,6 +878,163 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
 STQ1_GEMM_TILES(stq1_gemm_tiles_vbmi, HYMT_TARGET_AVX512VBMI, stq1_tile_vbmi, 1, STQ1_INDEX_VBMI)
 STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0, STQ1_INDEX_BW)
 
+/* ---- AVX-512 VBMI batched kernel by table lookup (n ≥ STQ1_LUT_MIN) ----
+ * A group's 4 weights take one of 32 digit patterns, so Σ digit·q over a group is one of 32 values per
+ * token: the tables the activations carry (stq1_lut_tables_vbmi). A 64-row tile is walked block by
+ * block. Per block each row's index bytes are built in plane-position order (nibble, side bit 4 =
+ * (position / 2) % 2, sign bit 5: 4 operations) and each quarter's 16 rows are transposed (16×16
+ * dwords), so index vector j holds positions 4j..4j+3 of 16 rows; its words are then the indices of
+ * positions (4j, 4j + 2) for rows i (words 2i, 2i + 1), and, shifted right by 8 bits, of (4j + 1, 4j + 3).
+ * One vpermt2w over a position pair's table and its negation gives Σ digit·q of 2 groups × 16 rows for
+ * one token: 128 multiply-adds per lookup where a vpdpbusd does 64. The lookups add up in int16 (32 per
+ * word and block, |Σ| <= 32 · 381: exact), one vpmaddwd per quarter and token makes the 16 rows' block
+ * sums, and the float step is the header's. The index work is shared by the tokens; tokens run in passes
+ * of STQ1_LUT_TOKENS with their sums in registers.
+ * Zen 4 (EPYC, session 13): a table copy + vpermt2w + vpaddw costs 1.3 cycles in a register loop (tables
+ * from L1 or L2 alike), against 1.0 per vpdpbusd. One thread, 2048 × 2048 in L2, cycles per 16 rows ×
+ * block × token (fastest calls, including the tables' construction in the preparation): n = 64 73 →
+ * 56-59, n = 8 86 → 74-75, n = 4 104 → 98-100; 2048 × 6144 (the down product's shape), n = 16 / 64 /
+ * 132: 77 / 73 / 75 → 66 / 61-68 / 62-63. The index build costs ~26 per 16 rows × block × token at
+ * n = 4 (the kernel with the lookups left out), ~1.5× the lookups' share, and the two do not overlap:
+ * below 8 tokens the vpdpbusd tiles stay. From DRAM the gain is smaller: the tables of a call (2 KiB
+ * per block and token, 6 MiB for 132 tokens of the down product) are read from L2 or L3 once per row
+ * tile. The first token pass prefetches the tile's next block into L1 for its index build (its rows were
+ * fetched into L2 one tile ahead), 4 rows per step. Kernel benchmark (the 1.8B layer shapes from DRAM,
+ * 3 alternations, µs per call; a noisy phase of the host): 2 threads n = 64 tiles 1245 / 983 / 1228,
+ * this kernel without that prefetch 1166 / 1192 / 1228, with it 1100 / 926 / 1052; n = 8 186 / 151 /
+ * 190 → 160 / 194 / 171; 1 thread n = 8 328 / 273 / 305 → 279 / 283 / 288, n = 64 1947 / 1802 / 2445 →
+ * 1936 / 1788 / 1938.
+ * 1.25Bit model (synthetic 1.8B, 2 threads, 6 alternations): 132-token prefill 577 → 503 ms (medians;
+ * fastest 564 → 486), 8-session decode step 66.5 → 67.4 ms (within noise). Tried and not kept: the
+ * lookups in intrinsics (GCC, short of registers, reloaded a table or an index for every lookup: 68-77
+ * against 56-59 in assembly); the negated tables stored beside the tables instead of formed by a vpsubw
+ * (equal, twice the memory); passes of 2 tokens (equal); the next block's index build interleaved into
+ * the first pass, a quarter every 4 steps, so the core could run it beside the lookups (it spills: n = 4
+ * 99 → 133); blocks in sweeps over the rows so a sweep's tables stay in L2 (2 threads slower or within
+ * noise). */
+#define STQ1_LUT_ROWS 64  /* rows per tile: 4 quarters of 16 */
+#define STQ1_LUT_TOKENS 4 /* tokens per pass */
+
+static const uint8_t STQ1_LUT_SIGN_SHIFT[64] = { /* STQ1_SIGN_SHIFT − 1: the sign bit to bit 5 of its byte */
+    59, 61, 63, 1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57,
+    60, 62, 0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58,
+};
+static const uint8_t STQ1_LUT_SIDE[64] = { /* bit 4: (position / 2) % 2, which table half a position uses */
+    0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16,
+    0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16,
+};
+
+/* One row-block's lookup indices in plane-position order (bits 0..5 as above; 6, 7 are ignored). */
+HYMT_TARGET_AVX512VBMI HYMT_INLINE __m512i stq1_lut_index(const uint8_t *blk, __m512i shifts, __m512i side) {
+    __m512i sign = _mm512_multishift_epi64_epi8(shifts, _mm512_set1_epi64((long long)stq1_sign_bits(blk)));
+    __m512i x = _mm512_ternarylogic_epi32(stq1_codes512(blk), sign, _mm512_set1_epi8(15), 0xe4); /* c ? a : b */
+    return _mm512_ternarylogic_epi32(x, _mm512_set1_epi8((char)~16), side, 0xea);                /* a & b | c */
+}
+
+/* T tokens of one 64-row tile × block: sums from the index vectors ix and each token's tables, the float
+ * step onto y (block 0 starts from 0.0f). */
+HYMT_TARGET_AVX512VBMI HYMT_INLINE void stq1_lut_tokens(const __m512i (*ix)[16][2], const uint8_t *act, size_t act_stride,
+                                                        size_t lut, int64_t b, const __m512 *d, const __mmask16 *mask,
+                                                        float *y, int64_t y_stride, const uint8_t *next, size_t row_bytes,
+                                                        const int T) {
+    __m512i acc[4][STQ1_LUT_TOKENS]; /* [quarter][token] word 2i + k: row i's sums of one table side */
+    const int16_t *tab[STQ1_LUT_TOKENS]; /* [token] the block's 32 tables */
+    const __m512i zero = _mm512_setzero_si512();
+    for (int t = 0; t < T; t++) {
+        for (int q = 0; q < 4; q++) acc[q][t] = _mm512_setzero_si512();
+        tab[t] = (const int16_t *)(act + t * act_stride + lut + b * STQ1_LUT_BYTES);
+    }
+    for (int j = 0; j < 16; j++) {
+        if (next != NULL) /* 4 of the 64 rows' next block per step */
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char *)next + (4 * j + k) * row_bytes, _MM_HINT_T0);
+        __m512i xe[4], xo[4];
+        for (int q = 0; q < 4; q++) {
+            xe[q] = ix[q][j][0], xo[q] = ix[q][j][1];
+            /* opaque to GCC: kept in registers instead of reloaded for each lookup */
+            __asm__("" : "+v"(xe[q]), "+v"(xo[q]));
+        }
+        for (int t = 0; t < T; t++) {
+            /* acc[q][t] += the lookups of pair slots 2j (xe) and 2j + 1 (xo): each slot's table loaded once and
+             * negated (the sign half), each lookup on a copy of the table (vpermt2w overwrites it). In
+             * assembly because GCC, short of registers, reloaded a table or an index for every lookup. */
+            __m512i e0, e1, o0, o1, v;
+            __asm__("vmovdqa64 (%[tab]), %[e0]\n\tvmovdqa64 64(%[tab]), %[o0]\n\t"
+                    "vpsubw %[e0], %[zero], %[e1]\n\tvpsubw %[o0], %[zero], %[o1]\n\t"
+#define STQ1_LUT_Q(A, XE, XO)                                                                           \
+    "vmovdqa64 %[e0], %[v]\n\tvpermt2w %[e1], %[" #XE "], %[v]\n\tvpaddw %[v], %[" #A "], %[" #A "]\n\t"       \
+    "vmovdqa64 %[o0], %[v]\n\tvpermt2w %[o1], %[" #XO "], %[v]\n\tvpaddw %[v], %[" #A "], %[" #A "]\n\t"
+                    STQ1_LUT_Q(a0, x0, y0) STQ1_LUT_Q(a1, x1, y1) STQ1_LUT_Q(a2, x2, y2) STQ1_LUT_Q(a3, x3, y3)
+#undef STQ1_LUT_Q
+                    : [a0] "+v"(acc[0][t]), [a1] "+v"(acc[1][t]), [a2] "+v"(acc[2][t]), [a3] "+v"(acc[3][t]),
+                      [e0] "=&v"(e0), [e1] "=&v"(e1), [o0] "=&v"(o0), [o1] "=&v"(o1), [v] "=&v"(v)
+                    : [tab] "r"(tab[t] + 64 * j), [zero] "v"(zero), [x0] "v"(xe[0]), [x1] "v"(xe[1]), [x2] "v"(xe[2]),
+                      [x3] "v"(xe[3]), [y0] "v"(xo[0]), [y1] "v"(xo[1]), [y2] "v"(xo[2]), [y3] "v"(xo[3])
+                    : "memory");
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const __m512 s = _mm512_set1_ps(((const hymt_q8g *)(act + t * act_stride))[b].d);
+        for (int q = 0; q < 4; q++) {
+            const __m512 term = _mm512_mul_ps(_mm512_mul_ps(d[q], s), _mm512_cvtepi32_ps(_mm512_madd_epi16(acc[q][t], _mm512_set1_epi16(1))));
+            float *yq = y + t * y_stride + 16 * q;
+            const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[q], yq);
+            _mm512_mask_storeu_ps(yq, mask[q], _mm512_add_ps(prev, term));
+        }
+    }
+}
+
+HYMT_TARGET_AVX512VBMI static void stq1_gemm_lut_vbmi(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                      const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
+                                                      float *y, int64_t y_stride) {
+    const int64_t nb = cols / STQ1_BLOCK;
+    const size_t lut = stq1_lut_offset(cols);
+    const __m512i shifts = _mm512_loadu_si512((const void *)STQ1_LUT_SIGN_SHIFT), side = _mm512_loadu_si512((const void *)STQ1_LUT_SIDE);
+    const __m512i row_offsets = hymt_row_offsets(row_bytes);
+    HYMT_ALIGNED64 __m512i ix[4][16][2]; /* [quarter][j][even, odd] lane i: row 16q + i, positions 4j.. */
+    for (int64_t r = r0; r < r1; r += STQ1_LUT_ROWS) {
+        const int rows = (int)(r1 - r < STQ1_LUT_ROWS ? r1 - r : STQ1_LUT_ROWS);
+        const uint8_t *wt = w + r * row_bytes;
+        __mmask16 mask[4];
+        for (int q = 0; q < 4; q++) {
+            int live = rows - 16 * q;
+            mask[q] = (__mmask16)(live >= 16 ? 0xffffu : live > 0 ? (1u << live) - 1u : 0u);
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            __m512 d[4]; /* [quarter] row scales */
+            for (int q = 0; q < 4; q++) {
+                __m512i rix[16];
+                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                    /* rows past the tile's end repeat its last row (masked at the store) */
+                    const int row = 16 * q + i < rows ? 16 * q + i : rows - 1;
+                    const uint8_t *blk = wt + row * row_bytes + b * STQ1_BYTES;
+                    /* the next tile's block (every line holds a block start, so each is fetched once) */
+                    _mm_prefetch((const char *)blk + STQ1_LUT_ROWS * row_bytes, _MM_HINT_T1);
+                    rix[i] = stq1_lut_index(blk, shifts, side);
+                }
+                __m512i tr[16];
+                hymt_transpose16_epi32(rix, tr);
+                for (int j = 0; j < 16; j++) {
+                    ix[q][j][0] = tr[j];
+                    ix[q][j][1] = _mm512_srli_epi32(tr[j], 8);
+                }
+                d[q] = hymt_gather_scales(wt + 16 * q * row_bytes, row_offsets, mask[q], b * STQ1_BYTES + 38, 1);
+            }
+            for (int64_t t0 = 0; t0 < n; t0 += STQ1_LUT_TOKENS) {
+                /* the first pass brings the tile's next block into L1 for its index build */
+                const uint8_t *next = t0 == 0 && b + 1 < nb ? wt + (b + 1) * STQ1_BYTES : NULL;
+                const uint8_t *a = act + t0 * act_stride;
+                float *yt = y + t0 * y_stride + r;
+                switch (n - t0 < STQ1_LUT_TOKENS ? n - t0 : STQ1_LUT_TOKENS) {
+                case 4: stq1_lut_tokens(ix, a, act_stride, lut, b, d, mask, yt, y_stride, next, row_bytes, 4); break;
+                case 3: stq1_lut_tokens(ix, a, act_stride, lut, b, d, mask, yt, y_stride, next, row_bytes, 3); break;
+                case 2: stq1_lut_tokens(ix, a, act_stride, lut, b, d, mask, yt, y_stride, next, row_bytes, 2); break;
+                default: stq1_lut_tokens(ix, a, act_stride, lut, b, d, mask, yt, y_stride, next, row_bytes, 1); break;
+                }
+            }
+        }
+    }
+}
+
 /* ---- AMX batched kernel (n ≥ STQ1_AMX_MIN where hymt_amx_active(); lowbit_amx.h) ----
  * A block is one activation group. Its B tiles: the transposed index vectors (as the batched vector
  * kernel builds them, vector j = groups 4j..4j+3 of 16 rows) looked up in signed digit tables (lane
@@ -851,7 +1088,9 @@ static void hymt_gemm_stq1_0_avx512(const uint8_t *w, size_t row_bytes, int64_t 
             stq1_seq_gemv_vbmi(w, row_bytes, r0, r1, act, cols, y);
         else
             stq1_seq_gemv_bw(w, row_bytes, r0, r1, act, cols, y);
-    } else if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
+    } else if (stq1_lut_wanted(n) && cols > 0) { /* (the tiles write y per block: none when cols = 0) */
+        stq1_gemm_lut_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
+    } else if (n >= HYMT_LOWBIT_BATCH_MIN && cols > 0) {
         if (vbmi)
             stq1_gemm_tiles_vbmi(w, row_bytes, r0, r1, act, act_stride, n, cols, y, y_stride);
         else

@@ -183,9 +183,10 @@ typedef void (*hymt_gemm_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int
 /* Float-activation dot of one packed row with x[cols] (the float32 reference path, §3.3). */
 typedef float (*hymt_row_dot_f32_fn)(const uint8_t *row, const float *x, int64_t cols);
 
-/* One token's activations prepared for the format's int8 GEMM; act_stride(cols) bytes. */
-typedef void (*hymt_prepare_fn)(const float *x, int64_t cols, uint8_t *act);
-typedef size_t (*hymt_act_stride_fn)(int64_t cols);
+/* One token's activations prepared for the format's int8 GEMM; act_stride(cols, n) bytes. n is the number
+ * of tokens of the call (a format may prepare more for batches its batched kernel takes). */
+typedef void (*hymt_prepare_fn)(const float *x, int64_t cols, int64_t n, uint8_t *act);
+typedef size_t (*hymt_act_stride_fn)(int64_t cols, int64_t n);
 
 /* Bit-exact block decoder (REFERENCE.md §2): nblocks whole blocks -> nblocks * block_len floats. */
 typedef void (*hymt_decode_fn)(const uint8_t *src, float *dst, int64_t nblocks);

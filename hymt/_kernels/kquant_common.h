@@ -65,7 +65,10 @@ typedef struct {
 } hymt_kq8;
 _Static_assert(sizeof(hymt_kq8) == 448, "hymt_kq8 keeps its members 64-byte aligned");
 
-static size_t hymt_act_stride_kq8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_kq8); }
+static size_t hymt_act_stride_kq8(int64_t cols, int64_t n) {
+    (void)n;
+    return (size_t)(cols / 256) * sizeof(hymt_kq8);
+}
 
 /* The half-chunk sums and the scale, from the quantized group (the qs are already stored). */
 static inline void hymt_kq8_sums(const hymt_q8g *g, hymt_kq8 *a) {
@@ -278,7 +281,8 @@ HYMT_TARGET_AVX2 static void hymt_prepare_kq8_avx2(const float *x, int64_t cols,
 #endif
 
 /* One token's activations for the Q6_K int8 GEMM; every variant stores the same bytes. */
-static void hymt_prepare_kq8(const float *x, int64_t cols, uint8_t *act) {
+static void hymt_prepare_kq8(const float *x, int64_t cols, int64_t n, uint8_t *act) {
+    (void)n;
 #if defined(HYMT_X86)
     if (hymt_active_isa == HYMT_ISA_AVX512) {
         hymt_prepare_kq8_avx512(x, cols, act);
@@ -313,10 +317,14 @@ typedef struct {
 } hymt_k8;
 _Static_assert(sizeof(hymt_k8) == 576, "hymt_k8 keeps its members 64-byte aligned");
 
-static size_t hymt_act_stride_k8(int64_t cols) { return (size_t)(cols / 256) * sizeof(hymt_k8); }
+static size_t hymt_act_stride_k8(int64_t cols, int64_t n) {
+    (void)n;
+    return (size_t)(cols / 256) * sizeof(hymt_k8);
+}
 
 /* Quantization by hymt_quantize_group_q8g (its ISA variants are bit-identical), then the sums. */
-static void hymt_prepare_k8(const float *x, int64_t cols, uint8_t *act) {
+static void hymt_prepare_k8(const float *x, int64_t cols, int64_t n, uint8_t *act) {
+    (void)n;
     hymt_k8 *a = (hymt_k8 *)act;
     for (int64_t b = 0; b < cols / 256; b++) {
         hymt_q8g g;

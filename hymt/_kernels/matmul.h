@@ -50,6 +50,7 @@
 #ifndef HYMT_MATMUL_H
 #define HYMT_MATMUL_H
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "hymt_common.h"
@@ -172,10 +173,49 @@ static void hymt_mm_chunk(const hymt_mm_weight *m, int nm, int silu, int64_t sta
     }
 }
 
-/* Run nm weights sharing the input x [n, cols]. silu != 0 (nm == 2): y0 = silu(W0·x) × (W1·x), with
- * m[1].y unused. Returns 0, or -1 when scratch memory could not be allocated. */
-static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, int64_t n, int float_path,
-                       int silu) {
+/* The prepared activations of a call live in a buffer of the calling thread that only grows (freed
+ * when the thread ends): allocated per call, a buffer of megabytes (STQ1_0 activations carry 4 KiB of
+ * lookup tables per 256 inputs) came fresh from mmap every time, and its page faults took ~15 % of a
+ * 64-token product. Calls keep it below HYMT_ACT_SLAB_BYTES by running their tokens in slabs. */
+#define HYMT_ACT_SLAB_BYTES ((size_t)8 << 20)
+
+static pthread_key_t hymt_act_key;
+static pthread_once_t hymt_act_once = PTHREAD_ONCE_INIT;
+typedef struct {
+    uint8_t *data;
+    size_t bytes;
+} hymt_act_buffer;
+
+static void hymt_act_buffer_free(void *p) {
+    hymt_act_buffer *b = (hymt_act_buffer *)p;
+    free(b->data);
+    free(b);
+}
+static void hymt_act_key_create(void) { (void)pthread_key_create(&hymt_act_key, hymt_act_buffer_free); }
+
+/* At least `bytes` (a multiple of 64) of 64-byte aligned scratch for this thread, or NULL. */
+static uint8_t *hymt_act_scratch(size_t bytes) {
+    pthread_once(&hymt_act_once, hymt_act_key_create);
+    hymt_act_buffer *b = (hymt_act_buffer *)pthread_getspecific(hymt_act_key);
+    if (b == NULL) {
+        if ((b = (hymt_act_buffer *)calloc(1, sizeof *b)) == NULL) return NULL;
+        if (pthread_setspecific(hymt_act_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->bytes < bytes) {
+        free(b->data);
+        b->bytes = 0;
+        if ((b->data = (uint8_t *)aligned_alloc(64, bytes)) == NULL) return NULL;
+        b->bytes = bytes;
+    }
+    return b->data;
+}
+
+/* hymt_mm_run for one slab of tokens. */
+static int hymt_mm_run_tokens(hymt_mm_weight *m, int nm, int64_t cols, const float *x, int64_t n, int float_path,
+                              int silu) {
     /* Distinct activation layouts (formats sharing a prepare function share the buffer). */
     hymt_prepare_fn prep[3] = {NULL, NULL, NULL};
     size_t strides[3] = {0, 0, 0}, offsets[3] = {0, 0, 0}, act_bytes = 0;
@@ -187,7 +227,7 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
         while (s < nprep && prep[s] != m[k].f->prepare) s++;
         if (s == nprep) {
             prep[s] = m[k].f->prepare;
-            strides[s] = (m[k].f->act_stride(cols) + 63) / 64 * 64;
+            strides[s] = (m[k].f->act_stride(cols, n) + 63) / 64 * 64;
             offsets[s] = act_bytes;
             act_bytes += strides[s] * (size_t)n;
             nprep++;
@@ -205,9 +245,8 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
     float *up = NULL;
     uint64_t *runs = (uint64_t *)aligned_alloc(64, (size_t)nt * 64); /* [nt][8]: thread t's run at runs[8t] */
     size_t up_bytes = ((size_t)nt * (size_t)n * HYMT_SILU_ROWS * sizeof(float) + 63) / 64 * 64;
-    if ((act_bytes > 0 && (act = (uint8_t *)aligned_alloc(64, (act_bytes + 63) / 64 * 64)) == NULL) ||
+    if ((act_bytes > 0 && (act = hymt_act_scratch((act_bytes + 63) / 64 * 64)) == NULL) ||
         (silu && (up = (float *)aligned_alloc(64, up_bytes)) == NULL) || runs == NULL) {
-        free(act);
         free(up);
         free(runs);
         return -1;
@@ -233,7 +272,7 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
         if (overlap) {
             for (int64_t i; (i = __atomic_fetch_add(&item_next, 1, __ATOMIC_RELAXED)) < items;) {
                 int64_t s = i / n, t = i % n;
-                prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
+                prep[s](x + t * cols, cols, n, act + offsets[s] + (size_t)t * strides[s]);
                 __atomic_fetch_add(&items_done, 1, __ATOMIC_RELEASE);
             }
             /* the items others took (at n = 1, one, microseconds): their activations are read below */
@@ -242,7 +281,7 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
 #pragma omp for schedule(static)
             for (int64_t i = 0; i < items; i++) {
                 int64_t s = i / n, t = i % n;
-                prep[s](x + t * cols, cols, act + offsets[s] + (size_t)t * strides[s]);
+                prep[s](x + t * cols, cols, n, act + offsets[s] + (size_t)t * strides[s]);
             }
         }
         /* its own run first, in order, then the others' from their back ends */
@@ -251,9 +290,31 @@ static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, 
             for (int64_t ci; (ci = hymt_run_take(&runs[8 * ((me + k) % nt)], k > 0)) >= 0;)
                 hymt_mm_chunk(m, nm, silu, ci * chunk, hymt_chunk_end(ci, chunk, total_rows), x, n, cols, tile);
     }
-    free(act);
     free(up);
     free(runs);
+    return 0;
+}
+
+/* Run nm weights sharing the input x [n, cols]. silu != 0 (nm == 2): y0 = silu(W0·x) × (W1·x), with
+ * m[1].y unused. Tokens run in slabs whose prepared activations fit HYMT_ACT_SLAB_BYTES (each token's
+ * results do not depend on the others). Returns 0, or -1 when scratch memory could not be allocated. */
+static int hymt_mm_run(hymt_mm_weight *m, int nm, int64_t cols, const float *x, int64_t n, int float_path,
+                       int silu) {
+    size_t token_bytes = 0; /* prepared activations per token, over the distinct layouts (an upper bound) */
+    for (int k = 0; k < nm; k++)
+        if (hymt_int8_path(m[k].f, cols, float_path)) token_bytes += (m[k].f->act_stride(cols, n) + 63) / 64 * 64;
+    int64_t slab = token_bytes > 0 ? (int64_t)(HYMT_ACT_SLAB_BYTES / token_bytes) : n;
+    if (slab < 1) slab = 1;
+    if (slab >= n) return hymt_mm_run_tokens(m, nm, cols, x, n, float_path, silu);
+    for (int64_t t0 = 0; t0 < n; t0 += slab) {
+        hymt_mm_weight part[3];
+        for (int k = 0; k < nm; k++) {
+            part[k] = m[k];
+            if (part[k].y != NULL) part[k].y += t0 * part[k].y_stride;
+        }
+        if (hymt_mm_run_tokens(part, nm, cols, x + t0 * cols, n - t0 < slab ? n - t0 : slab, float_path, silu) != 0)
+            return -1;
+    }
     return 0;
 }
 

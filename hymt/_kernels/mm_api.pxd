@@ -6,7 +6,7 @@ from libc.stdint cimport int64_t, uint8_t
 
 cdef extern from "mm_api.h" nogil:
     ctypedef void (*hymt_decode_fn)(const uint8_t *src, float *dst, int64_t nblocks)
-    ctypedef void (*hymt_prepare_fn)(const float *x, int64_t cols, uint8_t *act)
+    ctypedef void (*hymt_prepare_fn)(const float *x, int64_t cols, int64_t n, uint8_t *act)
     ctypedef struct hymt_format:
         const char *name
         int block_len
