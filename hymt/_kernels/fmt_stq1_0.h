@@ -67,10 +67,10 @@
  * position, the 32 values Σ digit·q (int16); a 16×16 dword transpose of 16 rows' index bytes gives, per
  * position pair, 32 word indices, and one vpermt2w adds up 2 groups × 16 rows for one token (128
  * multiply-adds where a vpdpbusd does 64). See "batched kernel by table lookup" below.
- * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches; with VBMI up to STQ1_LUT_MIN − 1): the index vectors of 16 rows are transposed once per
- * block (16×16 dwords) so each lookup yields 4 weights of 16 rows, multiplied by a broadcast
- * activation dword per token: one vpdpbusd per 4 weights × 16 rows × token, each weight block
- * decoded once per row tile for all tokens, no per-token reduction.
+ * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches; with VBMI up to STQ1_LUT_MIN − 1): the index vectors of
+ * 16 rows are transposed once per block (16×16 dwords) so each lookup yields 4 weights of 16 rows,
+ * multiplied by a broadcast activation dword per token: one vpdpbusd per 4 weights × 16 rows × token,
+ * each weight block decoded once per row tile for all tokens, no per-token reduction.
  * AVX2: per 32 positions (one nibble half of the code bytes), two pshufb lookups (sign 0 / sign 1
  * tables, bit 7 zeroes the other) per plane, maddubs + madd. NEON: one tbl (32 entries) per 16
  * positions, signed digits, SDOT. */
@@ -254,8 +254,10 @@ HYMT_TARGET_AVX512VBMI static void stq1_lut_tables_vbmi(const hymt_q8g *g, int16
         u1 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 64)), flip),
         u2 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 128)), flip),
         u3 = _mm512_xor_si512(_mm512_load_si512((const void *)(g->qs + 192)), flip);
-    const __m512i dig01 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG01), dig23 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG23);
-    const __m512i bias = _mm512_loadu_si512((const void *)STQ1_LUT_BIAS), pair = _mm512_loadu_si512((const void *)STQ1_LUT_PAIR);
+    const __m512i dig01 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG01);
+    const __m512i dig23 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG23);
+    const __m512i bias = _mm512_loadu_si512((const void *)STQ1_LUT_BIAS);
+    const __m512i pair = _mm512_loadu_si512((const void *)STQ1_LUT_PAIR);
     for (int s = 0; s < 32; s++) {
         const __m512i at = _mm512_add_epi8(pair, _mm512_set1_epi8((char)(4 * (s >> 1) + (s & 1)))); /* A = 4j + e */
         __m512i t = _mm512_add_epi16(_mm512_maddubs_epi16(_mm512_permutex2var_epi8(u0, at, u1), dig01),
@@ -975,7 +977,8 @@ HYMT_TARGET_AVX512VBMI HYMT_INLINE void stq1_lut_tokens(const __m512i (*ix)[16][
     for (int t = 0; t < T; t++) {
         const __m512 s = _mm512_set1_ps(((const hymt_q8g *)(act + t * act_stride))[b].d);
         for (int q = 0; q < 4; q++) {
-            const __m512 term = _mm512_mul_ps(_mm512_mul_ps(d[q], s), _mm512_cvtepi32_ps(_mm512_madd_epi16(acc[q][t], _mm512_set1_epi16(1))));
+            const __m512i isum = _mm512_madd_epi16(acc[q][t], _mm512_set1_epi16(1));
+            const __m512 term = _mm512_mul_ps(_mm512_mul_ps(d[q], s), _mm512_cvtepi32_ps(isum));
             float *yq = y + t * y_stride + 16 * q;
             const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[q], yq);
             _mm512_mask_storeu_ps(yq, mask[q], _mm512_add_ps(prev, term));
@@ -988,7 +991,8 @@ HYMT_TARGET_AVX512VBMI static void stq1_gemm_lut_vbmi(const uint8_t *w, size_t r
                                                       float *y, int64_t y_stride) {
     const int64_t nb = cols / STQ1_BLOCK;
     const size_t lut = stq1_lut_offset(cols);
-    const __m512i shifts = _mm512_loadu_si512((const void *)STQ1_LUT_SIGN_SHIFT), side = _mm512_loadu_si512((const void *)STQ1_LUT_SIDE);
+    const __m512i shifts = _mm512_loadu_si512((const void *)STQ1_LUT_SIGN_SHIFT);
+    const __m512i side = _mm512_loadu_si512((const void *)STQ1_LUT_SIDE);
     const __m512i row_offsets = hymt_row_offsets(row_bytes);
     HYMT_ALIGNED64 __m512i ix[4][16][2]; /* [quarter][j][even, odd] lane i: row 16q + i, positions 4j.. */
     for (int64_t r = r0; r < r1; r += STQ1_LUT_ROWS) {

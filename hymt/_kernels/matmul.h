@@ -174,7 +174,7 @@ static void hymt_mm_chunk(const hymt_mm_weight *m, int nm, int silu, int64_t sta
 }
 
 /* The prepared activations of a call live in a buffer of the calling thread that only grows (freed
- * when the thread ends): allocated per call, a buffer of megabytes (STQ1_0 activations carry 4 KiB of
+ * when the thread ends): allocated per call, a buffer of megabytes (STQ1_0 activations carry 2 KiB of
  * lookup tables per 256 inputs) came fresh from mmap every time, and its page faults took ~15 % of a
  * 64-token product. Calls keep it below HYMT_ACT_SLAB_BYTES by running their tokens in slabs. */
 #define HYMT_ACT_SLAB_BYTES ((size_t)8 << 20)
