@@ -82,7 +82,8 @@ def use_isa(name: str) -> Iterator[None]:
 
 
 def cpu_features() -> dict[str, bool]:
-    """Detected CPU features (``avx512vbmi`` and ``dotprod`` included, which no family requires)."""
+    """Detected CPU features (``avx512vbmi`` and ``dotprod`` included, which no family requires, and
+    ``amd``, the x86 vendor, which one kernel choice follows)."""
     return dict(_quant.cpu_features())
 
 

@@ -11,6 +11,7 @@ import ctypes
 import hashlib
 import mmap
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -441,10 +442,20 @@ def test_stq1_full_token_passes_over_two_block_chunks_equal_the_tokens_alone(isa
         assert_same_floats(matmul_isa(isa, w, x[:n]), alone[:n])
 
 
+@pytest.fixture
+def as_amd() -> Iterator[None]:
+    """The STQ1_0 table lookup runs on AMD cores only; this lets any VBMI machine run it."""
+    previous = _quant._as_amd(True)
+    try:
+        yield
+    finally:
+        _quant._as_amd(previous)
+
+
 @pytest.mark.parametrize("isa", ISAS)
-def test_stq1_table_lookup_tiles_and_token_passes_equal_the_tokens_alone(isa: str) -> None:
-    """From 8 tokens the AVX-512 VBMI kernel looks Σ digit·q up in tables the activations carry, on
-    64-row tiles in passes of 4 tokens: 8..11 tokens end on every pass size, 70 rows leave a second
+def test_stq1_table_lookup_tiles_and_token_passes_equal_the_tokens_alone(isa: str, as_amd: None) -> None:
+    """From 8 tokens the AVX-512 VBMI kernel (AMD) looks Σ digit·q up in tables the activations carry,
+    on 64-row tiles in passes of 4 tokens: 8..11 tokens end on every pass size, 70 rows leave a second
     tile with 6 live rows (three of its quarters masked), 3 blocks per row; each token must equal its
     scalar product computed alone (other ISAs run their own kernels on the same cases)."""
     rng = np.random.default_rng(15)
@@ -458,7 +469,7 @@ def test_stq1_table_lookup_tiles_and_token_passes_equal_the_tokens_alone(isa: st
     assert_same_floats(matmul_isa(isa, part, x[:9]), alone[:9, 5:])
 
 
-def test_stq1_batches_larger_than_one_activation_slab_equal_the_tokens_alone() -> None:
+def test_stq1_batches_larger_than_one_activation_slab_equal_the_tokens_alone(as_amd: None) -> None:
     """A call whose prepared activations pass the driver's 8 MiB bound (STQ1_0 with lookup tables: ~19 KB
     per token at 2048 columns) runs its tokens in slabs; the results must not show it."""
     rng = np.random.default_rng(16)

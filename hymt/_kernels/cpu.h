@@ -9,6 +9,10 @@
  * VBMI (vpermb) is reported separately: a kernel may use it inside the avx512 family only after
  * checking hymt_cpu().avx512vbmi, with a plain AVX-512 variant beside it.
  *
+ * `amd` (x86 vendor AuthenticAMD) lets a kernel pick what was measured faster on AMD cores only
+ * (fmt_stq1_0.h: table lookup, whose 512-bit word permutes run at one per cycle on Zen 4, while an
+ * Intel core with two vpdpbusd per cycle multiplies faster than any lookup can).
+ *
  * AMX (amx_int8) is an accelerator inside the avx512 family, not a family: tile matrix multiplies
  * (tdpbusd/tdpbssd, 16×16×64 int8 multiply-accumulates per instruction) for batched products. It is
  * reported only when the CPU has AMX-TILE and AMX-INT8 (and VBMI), the OS saves tile state (XCR0
@@ -38,6 +42,7 @@ typedef struct {
     int avx2, fma, f16c;                                          /* x86, usable by the OS */
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi;
     int amx_int8;                                                 /* x86: tiles usable by this process */
+    int amd;                                                      /* x86: vendor AuthenticAMD */
     int neon, dotprod;                                            /* aarch64 */
 } hymt_cpu_features;
 
@@ -65,6 +70,8 @@ static hymt_cpu_features hymt_cpu_detect(void) {
     memset(&f, 0, sizeof f);
 #if defined(HYMT_X86)
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+    f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;

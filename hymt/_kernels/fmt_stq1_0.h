@@ -62,11 +62,11 @@
  * is prefetched while this one is decoded.
  * AVX-512BW (no VBMI): the same nibbles, the sign bits as a byte mask (vpshufb spread + vptestmb),
  * two vpshufb per plane (sign-0 / sign-1 tables).
- * AVX-512 VBMI, n ≥ STQ1_LUT_MIN (prefill, batches of 8+ sequences): table lookup instead of multiplies.
- * A group's 4 weights take one of 32 digit patterns, so the activations of each call carry, per group
- * position, the 32 values Σ digit·q (int16); a 16×16 dword transpose of 16 rows' index bytes gives, per
- * position pair, 32 word indices, and one vpermt2w adds up 2 groups × 16 rows for one token (128
- * multiply-adds where a vpdpbusd does 64). See "batched kernel by table lookup" below.
+ * AVX-512 VBMI on AMD, n ≥ STQ1_LUT_MIN (prefill, batches of 8+ sequences): table lookup instead of
+ * multiplies. A group's 4 weights take one of 32 digit patterns, so the activations of each call carry,
+ * per group position, the 32 values Σ digit·q (int16); a 16×16 dword transpose of 16 rows' index bytes
+ * gives, per position pair, 32 word indices, and one vpermt2w adds up 2 groups × 16 rows for one token
+ * (128 multiply-adds where a vpdpbusd does 64). See "batched kernel by table lookup" below.
  * AVX-512, n ≥ HYMT_LOWBIT_BATCH_MIN (batches; with VBMI up to STQ1_LUT_MIN − 1): the index vectors of
  * 16 rows are transposed once per block (16×16 dwords) so each lookup yields 4 weights of 16 rows,
  * multiplied by a broadcast activation dword per token: one vpdpbusd per 4 weights × 16 rows × token,
@@ -152,7 +152,10 @@ static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t
 
 /* ---- activations: §3.4 groups, qs permuted to plane order (bsums recomputed per 16 bytes) ---- */
 
-/* In calls that the AVX-512 VBMI table-lookup kernel takes (below), each token's activations also carry
+/* The table-lookup kernel (below) runs on AMD cores only: measured on Zen 4, where a 512-bit vpdpbusd
+ * issues once per cycle and a word permute as often; Intel cores issue two vpdpbusd per cycle (128
+ * multiply-adds, what one lookup does at best) and there the vpdpbusd tiles stay (AMX from 8 tokens).
+ * In calls that kernel takes, each token's activations also carry
  * its lookup tables: [nb] hymt_q8g groups, then STQ1_LUT_BYTES per block, the whole padded to a multiple
  * of sizeof(hymt_q8g) because the other kernels step between tokens in whole groups. */
 #define STQ1_LUT_BYTES 2048 /* per block: 32 position pairs × 32 int16 */
@@ -160,7 +163,8 @@ static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t
 
 HYMT_INLINE int stq1_lut_wanted(int64_t n) {
 #if defined(HYMT_X86)
-    if (n < STQ1_LUT_MIN || hymt_active_isa != HYMT_ISA_AVX512 || !hymt_cpu()->avx512vbmi) return 0;
+    const hymt_cpu_features *f = hymt_cpu();
+    if (n < STQ1_LUT_MIN || hymt_active_isa != HYMT_ISA_AVX512 || !f->avx512vbmi || !f->amd) return 0;
 #if defined(HYMT_HAVE_AMX)
     if (hymt_amx_active()) return 0; /* from STQ1_AMX_MIN (= STQ1_LUT_MIN) tokens the AMX tiles run */
 #endif

@@ -35,7 +35,7 @@ cdef extern from "act_q8g.h" nogil:
 cdef extern from "cpu.h" nogil:
     ctypedef struct hymt_cpu_features:
         int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, amx_int8, neon
-        int dotprod
+        int dotprod, amd
     const hymt_cpu_features *hymt_cpu()
     int hymt_isa_supported(int isa)
     int hymt_best_isa()
@@ -110,7 +110,7 @@ def cpu_features():
         "avx2": bool(f.avx2), "fma": bool(f.fma), "f16c": bool(f.f16c), "avx512f": bool(f.avx512f),
         "avx512bw": bool(f.avx512bw), "avx512vl": bool(f.avx512vl), "avx512dq": bool(f.avx512dq),
         "avx512vnni": bool(f.avx512vnni), "avx512vbmi": bool(f.avx512vbmi), "neon": bool(f.neon),
-        "dotprod": bool(f.dotprod), "amx_int8": bool(f.amx_int8),
+        "dotprod": bool(f.dotprod), "amx_int8": bool(f.amx_int8), "amd": bool(f.amd),
     }
 
 
@@ -136,6 +136,21 @@ def _allow_vbmi(bint allowed):
         _detected_vbmi = f.avx512vbmi
     previous = bool(f.avx512vbmi)
     f.avx512vbmi = _detected_vbmi if allowed else 0
+    return previous
+
+
+cdef int _detected_amd = -1
+
+
+def _as_amd(bint amd):
+    """Tests: with True, kernels that run only on AMD cores (the STQ1_0 table lookup) run here too, so
+    any VBMI machine tests them; False restores the detected vendor. Returns the previous value."""
+    cdef hymt_cpu_features *f = <hymt_cpu_features *>hymt_cpu()
+    global _detected_amd
+    if _detected_amd < 0:
+        _detected_amd = f.amd
+    previous = bool(f.amd)
+    f.amd = 1 if amd else _detected_amd
     return previous
 
 
