@@ -917,7 +917,7 @@ STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0, STQ1_IN
  * (equal, twice the memory); passes of 2 tokens (equal); the next block's index build interleaved into
  * the first pass, a quarter every 4 steps, so the core could run it beside the lookups (it spills: n = 4
  * 99 → 133); blocks in sweeps over the rows so a sweep's tables stay in L2 (2 threads slower or within
- * noise). */
+ * noise); software prefetch of the next token pass's tables during a pass (within noise or slower). */
 #define STQ1_LUT_ROWS 64  /* rows per tile: 4 quarters of 16 */
 #define STQ1_LUT_TOKENS 4 /* tokens per pass */
 
