@@ -565,15 +565,16 @@ def guarded_copy(data: np.ndarray) -> tuple[mmap.mmap, np.ndarray]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses mprotect through libc")
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("rows", [1, 16, 37])
-def test_kernels_never_read_past_the_tensor(dtype: str, rows: int) -> None:
+def test_kernels_never_read_past_the_tensor(dtype: str, rows: int, as_amd: None) -> None:
     rng = np.random.default_rng(rows)
     cols = 2 * BLOCK_LEN[dtype]
     w = random_weight(dtype, rows, cols, rng)
     region, data = guarded_copy(w.data)
     guarded = PackedMatrix(w.name, dtype, w.dimensions, data)
-    x = activations(5, cols, rng)
+    x = activations(9, cols, rng)
     for isa in ISAS:
-        for xs in (x[0], x[:2], x):  # row kernels (n < 4) and batched tiles
+        # row kernels (n < 4), batched tiles, and from 8 tokens STQ1_0's table lookup (64-row tiles)
+        for xs in (x[0], x[:2], x[:5], x):
             assert_same_floats(matmul_isa(isa, guarded, xs), matmul_isa("scalar", w, xs))
         matmul_isa(isa, guarded, x, float_path=True)
     assert_same_floats(quant.decode_rows(guarded, [rows - 1])[0], reference_decode(dtype, w.data)[-cols:])
