@@ -20,7 +20,9 @@
  *      roofline, n = 4 0.39 -> 0.43, Q2_0C n = 4 0.52-0.57 -> 0.60, Q4_K, Q6_K and Q8_0 +0-4 %; 1.25Bit
  *      decode step 18.71 -> 18.33 ms at one session, 33.03 -> 31.94 at four (medians of 3), 64-token
  *      prefill 97-99 -> 91-96 ms; Q4_K steps and prefill unchanged. (One run per thread and no
- *      balancing measured 0.80 too, but then a slowed thread holds the other at the barrier.)
+ *      balancing measured 0.80 too, but then a slowed thread holds the other at the barrier. Eight
+ *      chunks per thread, for a shorter tail at the closing barrier, on Zen 4 (session 13): 1.25Bit
+ *      4-session decode step 37.7 -> 40.3 ms, medians of 5 alternations.)
  * Up to HYMT_OVERLAP_TOKENS tokens (decode) there is no barrier between the two: the (layout, token)
  * items are taken from an atomic counter, and a thread that finds no item left waits only until the
  * items others took are done. Why: a worker that slept since the last region
