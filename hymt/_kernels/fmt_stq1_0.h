@@ -175,8 +175,10 @@ HYMT_INLINE int stq1_lut_wanted(int64_t n) {
 #endif
 }
 
+HYMT_INLINE size_t stq1_lut_offset(int64_t cols) { return hymt_act_stride_q8g(cols); }
+
 static size_t hymt_act_stride_stq1_0(int64_t cols, int64_t n) {
-    size_t groups = hymt_act_stride_q8g(cols), tables = (size_t)(cols / STQ1_BLOCK) * STQ1_LUT_BYTES;
+    size_t groups = stq1_lut_offset(cols), tables = (size_t)(cols / STQ1_BLOCK) * STQ1_LUT_BYTES;
     if (!stq1_lut_wanted(n)) return groups;
     return groups + (tables + sizeof(hymt_q8g) - 1) / sizeof(hymt_q8g) * sizeof(hymt_q8g);
 }
@@ -222,8 +224,6 @@ HYMT_TARGET_AVX512 static void stq1_permute_group_avx512(hymt_q8g *g) {
 }
 #endif
 
-HYMT_INLINE size_t stq1_lut_offset(int64_t cols) { return hymt_act_stride_q8g(cols); }
-
 #if defined(HYMT_X86)
 /* Lookup tables of one activation group for the batched VBMI kernel. Position pair s = 2j + e (j < 16,
  * e < 2) is the plane positions A = 4j + e and B = A + 2; its table, 32 int16, is
@@ -247,10 +247,6 @@ static const int16_t STQ1_LUT_BIAS[32] = { /* 128 · Σ_p digit_p of entry c % 1
     384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128,
     384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128, 384, 128, 128, -128,
 };
-static const uint8_t STQ1_LUT_PAIR[64] = { /* vpermt2b bytes of word c: position (A or B) of plane 0 / 1, − A */
-    0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64,
-    2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66, 2, 66,
-};
 
 HYMT_TARGET_AVX512VBMI static void stq1_lut_tables_vbmi(const hymt_q8g *g, int16_t *tab) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -261,7 +257,9 @@ HYMT_TARGET_AVX512VBMI static void stq1_lut_tables_vbmi(const hymt_q8g *g, int16
     const __m512i dig01 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG01);
     const __m512i dig23 = _mm512_loadu_si512((const void *)STQ1_LUT_DIG23);
     const __m512i bias = _mm512_loadu_si512((const void *)STQ1_LUT_BIAS);
-    const __m512i pair = _mm512_loadu_si512((const void *)STQ1_LUT_PAIR);
+    /* vpermt2b bytes of word c, less A: the position (A or B = A + 2) in plane 0 (byte 0) and 1 (byte 1) */
+    const __m512i pair =
+        _mm512_mask_blend_epi16((__mmask32)0xffff0000u, _mm512_set1_epi16(0x4000), _mm512_set1_epi16(0x4202));
     for (int s = 0; s < 32; s++) {
         const __m512i at = _mm512_add_epi8(pair, _mm512_set1_epi8((char)(4 * (s >> 1) + (s & 1)))); /* A = 4j + e */
         __m512i t = _mm512_add_epi16(_mm512_maddubs_epi16(_mm512_permutex2var_epi8(u0, at, u1), dig01),
@@ -921,20 +919,12 @@ STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0, STQ1_IN
 #define STQ1_LUT_ROWS 64  /* rows per tile: 4 quarters of 16 */
 #define STQ1_LUT_TOKENS 4 /* tokens per pass */
 
-static const uint8_t STQ1_LUT_SIGN_SHIFT[64] = { /* STQ1_SIGN_SHIFT − 1: the sign bit to bit 5 of its byte */
-    59, 61, 63, 1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57,
-    60, 62, 0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58,
-};
-static const uint8_t STQ1_LUT_SIDE[64] = { /* bit 4: (position / 2) % 2, which table half a position uses */
-    0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16,
-    0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16,
-};
-
-/* One row-block's lookup indices in plane-position order (bits 0..5 as above; 6, 7 are ignored). */
+/* One row-block's lookup indices in plane-position order (bits 0..5 as above; 6, 7 are ignored): the
+ * VBMI index with the sign moved to bit 5 (`shifts` = STQ1_SIGN_SHIFT − 1) and bit 4 replaced by the
+ * position's side (`side`: 16 where (position / 2) % 2). */
 HYMT_TARGET_AVX512VBMI HYMT_INLINE __m512i stq1_lut_index(const uint8_t *blk, __m512i shifts, __m512i side) {
-    __m512i sign = _mm512_multishift_epi64_epi8(shifts, _mm512_set1_epi64((long long)stq1_sign_bits(blk)));
-    __m512i x = _mm512_ternarylogic_epi32(stq1_codes512(blk), sign, _mm512_set1_epi8(15), 0xe4); /* c ? a : b */
-    return _mm512_ternarylogic_epi32(x, _mm512_set1_epi8((char)~16), side, 0xea);                /* a & b | c */
+    const __m512i keep = _mm512_set1_epi8((char)~16);
+    return _mm512_ternarylogic_epi32(stq1_index_vbmi(blk, shifts), keep, side, 0xea); /* a & b | c */
 }
 
 /* T tokens of one 64-row tile × block: sums from the index vectors ix and each token's tables, the float
@@ -995,8 +985,9 @@ HYMT_TARGET_AVX512VBMI static void stq1_gemm_lut_vbmi(const uint8_t *w, size_t r
                                                       float *y, int64_t y_stride) {
     const int64_t nb = cols / STQ1_BLOCK;
     const size_t lut = stq1_lut_offset(cols);
-    const __m512i shifts = _mm512_loadu_si512((const void *)STQ1_LUT_SIGN_SHIFT);
-    const __m512i side = _mm512_loadu_si512((const void *)STQ1_LUT_SIDE);
+    /* vpmultishiftqb reads 6 bits of each shift, so − 1 wraps 0 to 63 */
+    const __m512i shifts = _mm512_sub_epi8(STQ1_LOAD64(STQ1_SIGN_SHIFT), _mm512_set1_epi8(1));
+    const __m512i side = _mm512_set1_epi32(0x10100000); /* bytes 0, 0, 16, 16 */
     const __m512i row_offsets = hymt_row_offsets(row_bytes);
     HYMT_ALIGNED64 __m512i ix[4][16][2]; /* [quarter][j][even, odd] lane i: row 16q + i, positions 4j.. */
     for (int64_t r = r0; r < r1; r += STQ1_LUT_ROWS) {
