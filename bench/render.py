@@ -46,16 +46,16 @@ def _maybe(value: float | None, spec: str) -> str:
 
 def serve_tables(report: dict[str, Any]) -> str:
     lines = [
-        "| server | streams | requests | generated tokens | aggregate tok/s | × one stream | mean TTFT ms "
-        "| per-stream tok/s | server CPU ms/token | load avg | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| server | streams | requests | generated tokens | aggregate tok/s | each round | × one stream "
+        "| mean TTFT ms | per-stream tok/s | server CPU ms/token | load avg | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key in ("hymt", "llama_server", "llama_cpp_server"):
         target = report.get(key)
         if target is None:
             continue
         if "skipped" in target:
-            lines.append(f"| {key} | — | — | — | — | — | — | — | — | — | skipped: {target['skipped']} |")
+            lines.append(f"| {key} | — | — | — | — | — | — | — | — | — | — | skipped: {target['skipped']} |")
             continue
         scaling = target.get("scaling_vs_one_stream", {})
         for level in target["levels"]:
@@ -63,7 +63,9 @@ def serve_tables(report: dict[str, Any]) -> str:
             per_stream = level["per_stream_tokens_per_second"]
             lines.append(
                 f"| {target['server']} | {level['streams']} | {level['requests']} | {level['generated_tokens']} "
-                f"| {level['aggregate_tokens_per_second']:.1f} | {scaling.get(str(level['streams']), 0):.2f} "
+                f"| {level['aggregate_tokens_per_second']:.1f} "
+                f"| {' / '.join(f'{x:.1f}' for x in level.get('aggregate_tokens_per_second_rounds', []))} "
+                f"| {scaling.get(str(level['streams']), 0):.2f} "
                 f"| {'—' if ttft is None else f'{ttft:.0f}'} "
                 f"| {'—' if per_stream is None else f'{per_stream:.1f}'} "
                 f"| {_maybe(level.get('server_cpu_ms_per_token'), '.1f')} "

@@ -15,8 +15,14 @@ parallel slots: it serves one request at a time, which the report states next to
     python bench/serve_load.py --model synthetic:1.8b:q4_k --threads 2 --llama-cpp-server
 
 The server runs with as many active slots as the largest level, so no request waits in the queue.
-Every request of a run uses its own sentence (the same sequence for every server), greedy decoding and a
-fixed token budget.
+Requests take the sentences in turn (the same sequence for every server), so a text comes back only
+after len(SENTENCES) = 32 others, more than either server's prompt cache holds (one prompt per slot);
+greedy decoding and a fixed token budget.
+
+``--rounds`` (default 3) runs the levels that many times, ascending and descending in turn, and reports
+per level the run with the median aggregate (every round's figures beside it): on a shared host the
+memory speed drifts by tens of percent over minutes, and a single pass compares levels measured at
+different moments.
 """
 
 from __future__ import annotations
@@ -385,22 +391,51 @@ def run_level(
     }
 
 
-def run_target(target: Target, levels: Sequence[int], requests: int, max_tokens: int) -> dict[str, Any]:
+def median_level(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One level over its rounds: the run with the median aggregate (the lower one of an even count), every
+    round's aggregate and the errors of all rounds."""
+    ranked = sorted(runs, key=lambda run: run["aggregate_tokens_per_second"])
+    row = dict(ranked[(len(ranked) - 1) // 2])
+    row["aggregate_tokens_per_second_rounds"] = [run["aggregate_tokens_per_second"] for run in runs]
+    row["errors"] = [error for run in runs for error in run["errors"]]
+    row["rounds"] = len(runs)
+    return row
+
+
+def run_target(
+    target: Target, levels: Sequence[int], requests: int, max_tokens: int, rounds: int = 1
+) -> dict[str, Any]:
     warm = stream_chat(target, "Translate the following text into Chinese:\nWarm-up.", max_tokens)
     if warm.error is not None:
         raise RuntimeError(f"{target.name}: warm-up request failed: {warm.error}")
-    rows = []
-    first_sentence = 0  # every request of the run its own sentence (they repeat only past len(SENTENCES))
-    for streams in levels:
-        print(f"serve_load: {target.name}: {streams} stream(s)", file=sys.stderr, flush=True)
-        rows.append(run_level(target, streams, requests, max_tokens, first_sentence))
-        first_sentence += streams * requests
-    report: dict[str, Any] = {"server": target.name, "url": target.url, "levels": rows}
-    base = rows[0]["aggregate_tokens_per_second"] if rows and rows[0]["streams"] == 1 else None
-    if base:
+    runs: list[dict[int, dict[str, Any]]] = []  # [round] streams -> that level's run
+    first_sentence = 0  # the sentences in turn across levels and rounds
+    for index in range(rounds):
+        order = levels if index % 2 == 0 else list(reversed(levels))
+        runs.append({})
+        for streams in order:
+            print(
+                f"serve_load: {target.name}: round {index + 1}, {streams} stream(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            runs[-1][streams] = run_level(target, streams, requests, max_tokens, first_sentence)
+            first_sentence += streams * requests
+    rows = [median_level([run[streams] for run in runs]) for streams in levels]
+    report: dict[str, Any] = {"server": target.name, "url": target.url, "rounds": rounds, "levels": rows}
+    if levels and levels[0] == 1:
+        base = rows[0]["aggregate_tokens_per_second"]
         report["scaling_vs_one_stream"] = {
             str(row["streams"]): row["aggregate_tokens_per_second"] / base for row in rows
         }
+        # the same ratio within each round (levels measured minutes apart at most)
+        report["scaling_per_round"] = [
+            {
+                str(s): run[s]["aggregate_tokens_per_second"] / run[1]["aggregate_tokens_per_second"]
+                for s in levels
+            }
+            for run in runs
+        ]
     return report
 
 
@@ -426,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent streams per level (default: 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the levels (default: 3)")
     parser.add_argument("--llama-cpp-server", action="store_true", help="also load llama-cpp-python's server")
     parser.add_argument(
         "--llama-server", type=Path, metavar="BINARY", help="also load llama.cpp's llama-server binary"
@@ -436,12 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
+    if args.rounds < 1 or min(levels) < 1:
+        parser.error("rounds and levels must be positive")
 
     report: dict[str, Any] = {
         "machine": machine(),
         "threads": args.threads,
         "max_tokens": args.max_tokens,
         "requests_per_client": args.requests,
+        "rounds": args.rounds,
     }
     path: Path | None = None
     profile = args.gguf_profile
@@ -449,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = Target(
             "hymt", args.url.rstrip("/"), args.model_id, {"stream_options": {"include_usage": True}}
         )
-        report["hymt"] = run_target(target, levels, args.requests, args.max_tokens)
+        report["hymt"] = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
     else:
         if not args.model:
             parser.error("--model or --url is required")
@@ -458,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = start_hymt(path, profile, args.threads, max(levels), args.log, args.prompt_cache)
         report["prompt_cache"] = args.prompt_cache
         try:
-            report["hymt"] = run_target(target, levels, args.requests, args.max_tokens)
+            report["hymt"] = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
         finally:
             stop(target.process)
     if args.llama_cpp_server:
@@ -515,7 +554,7 @@ def run_llama_cpp(
     target = start(True)
     try:
         wait_ready(target.url, target.ready_path, target.process)
-        result = run_target(target, levels, args.requests, args.max_tokens)
+        result = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
     except RuntimeError:
         if target.process is not None:
             try:
@@ -532,7 +571,7 @@ def run_llama_cpp(
         print(f"serve_load: {notes[-1]}", file=sys.stderr, flush=True)
         target = start(False)
         wait_ready(target.url, target.ready_path, target.process)
-        result = run_target(target, levels, args.requests, args.max_tokens)
+        result = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
     finally:
         stop(target.process)
     result["notes"] = notes
