@@ -3,7 +3,8 @@
 The same requests as ``bench/serve_load.py`` (each client's chat requests in turn, every request its own
 sentence, greedy with the architecture's defaults, a fixed token budget, the prompt cache on, as many
 active slots as the largest level), submitted straight to the engine, with every ``Model.forward`` of the
-engine timed. Per level it reports, as JSON on stdout:
+engine timed, in ``--rounds`` passes over the levels as serve_load runs them (each level's run with the
+median aggregate is reported). Per level it reports, as JSON on stdout:
 
 * ``aggregate_tokens_per_second`` = generated tokens ÷ wall time (serve_load's figure, less HTTP);
 * ``prompt_forwards``: the steps that carried prompt tokens, each as its wall ms and tokens per sequence
@@ -34,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from serve_load import SENTENCES, machine  # noqa: E402
+from serve_load import SENTENCES, machine, median_level  # noqa: E402
 
 from hymt.bench import bench_sampling  # noqa: E402
 from hymt.chat import render_chat  # noqa: E402
@@ -94,6 +95,7 @@ def run_level(
     decode = [(ms, sizes) for ms, sizes in timed.steps if max(sizes) == 1]
     return {
         "streams": streams,
+        "errors": [],  # a failed request raises instead
         "generated_tokens": sum(generated),
         "wall_ms": round(wall_ms, 1),
         "aggregate_tokens_per_second": sum(generated) * 1e3 / wall_ms,
@@ -115,8 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent streams per level (default: 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the levels (default: 3)")
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
+    if args.rounds < 1 or min(levels) < 1:
+        parser.error("rounds and levels must be positive")
 
     path, profile = resolve_model(args.model, args.gguf_profile)
     timed = TimedModel(load(str(path), profile, threads=args.threads))
@@ -124,11 +129,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with engine.submit(request(timed, "Warm-up.", args.max_tokens)) as ticket:
             ticket.result()
-        rows = []
+        runs: list[dict[int, dict[str, Any]]] = []  # [round] streams -> that level's run
         first_sentence = 0
-        for streams in levels:
-            rows.append(run_level(engine, timed, streams, args.requests, args.max_tokens, first_sentence))
-            first_sentence += streams * args.requests
+        for index in range(args.rounds):
+            runs.append({})
+            for streams in levels if index % 2 == 0 else list(reversed(levels)):
+                runs[-1][streams] = run_level(
+                    engine, timed, streams, args.requests, args.max_tokens, first_sentence
+                )
+                first_sentence += streams * args.requests
+        rows = [median_level([run[streams] for run in runs]) for streams in levels]
     finally:
         engine.shutdown()
     report: dict[str, Any] = {
@@ -137,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threads": args.threads,
         "max_tokens": args.max_tokens,
         "requests_per_client": args.requests,
+        "rounds": args.rounds,
         "levels": rows,
     }
     if rows and rows[0]["streams"] == 1:
