@@ -915,7 +915,11 @@ STQ1_GEMM_TILES(stq1_gemm_tiles_bw, HYMT_TARGET_AVX512, stq1_tile_bw, 0, STQ1_IN
  * (equal, twice the memory); passes of 2 tokens (equal); the next block's index build interleaved into
  * the first pass, a quarter every 4 steps, so the core could run it beside the lookups (it spills: n = 4
  * 99 → 133); blocks in sweeps over the rows so a sweep's tables stay in L2 (2 threads slower or within
- * noise); software prefetch of the next token pass's tables during a pass (within noise or slower). */
+ * noise); software prefetch of the next token pass's tables during a pass (within noise or slower);
+ * (session 14) the lookup from 2 tokens (STQ1_LUT_MIN 2, in place of the one-row GEMV at 2-3 tokens and
+ * the vpdpbusd tiles at 4-7): decode steps of 2 / 3 / 4 sessions, medians of 62 steps, 4 alternations:
+ * 25.2, 24.4, 25.2, 26.9 → 26.6, 25.3, 31.2, 26.8 ms; 33.3, 32.5, 34.0, 33.2 → 30.2, 30.8, 38.8, 37.0;
+ * 36.7, 34.8, 40.0, 34.4 → 35.2, 36.4, 43.0, 33.5 (no gain outside the noise). */
 #define STQ1_LUT_ROWS 64  /* rows per tile: 4 quarters of 16 */
 #define STQ1_LUT_TOKENS 4 /* tokens per pass */
 
