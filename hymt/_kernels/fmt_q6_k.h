@@ -254,7 +254,11 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
  * Zen 4 (session 12, AMD EPYC, 2 cores): hot (512×2048 in L2, one thread, best of calls) 30, 37, 50, 52
  * cycles per block at n = 1, 2, 3, 4, against ~43 per block that a core's share of the read rate allows
  * at two threads: n >= 3 is compute-bound here. The lane = token step still wins at 3-4 tokens (n = 3
- * 728 vs 758, n = 4 839 vs 877 cycles per 16 blocks without it). */
+ * 728 vs 758, n = 4 839 vs 877 cycles per 16 blocks without it). Tried for 5-8 tokens (session 14, Zen 4):
+ * this kernel in passes of up to 4 tokens per row (the row's weights in L1 for the second pass) instead
+ * of the row tiles; kernelbench head, 2 threads, 3 alternations, µs per call: n = 5 14225 / 13777 / 11649
+ * → 12782 / 14015 / 13628, n = 8 17347 / 16069 / 16269 → 15414 / 18269 / 18103 (the second pass costs its
+ * whole compute, ~30 cycles per block at one token). */
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
