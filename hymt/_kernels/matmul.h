@@ -22,7 +22,10 @@
  *      prefill 97-99 -> 91-96 ms; Q4_K steps and prefill unchanged. (One run per thread and no
  *      balancing measured 0.80 too, but then a slowed thread holds the other at the barrier. Eight
  *      chunks per thread, for a shorter tail at the closing barrier, on Zen 4 (session 13): 1.25Bit
- *      4-session decode step 37.7 -> 40.3 ms, medians of 5 alternations.)
+ *      4-session decode step 37.7 -> 40.3 ms, medians of 5 alternations. Eight, in 64-row multiples, for
+ *      prompts only (session 14): 1.25Bit prefill of 33 / 66 tokens 148.6 -> 144.1 / 286.8 -> 263.9 ms,
+ *      Q4_K 238.8 -> 234.6 / 434.5 -> 436.9 (medians of 6 alternations, each pair's spread larger than
+ *      that), kernel benchmark n = 16 / 64 every format within ±2 %: not kept.)
  * Up to HYMT_OVERLAP_TOKENS tokens (decode) there is no barrier between the two: the (layout, token)
  * items are taken from an atomic counter, and a thread that finds no item left waits only until the
  * items others took are done. Why: a worker that slept since the last region
