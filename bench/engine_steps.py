@@ -25,7 +25,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from serve_load import SENTENCES, machine, median_level  # noqa: E402
+from serve_load import PROMPT, SENTENCES, machine, run_clients, run_rounds  # noqa: E402
 
 from hymt.bench import bench_sampling  # noqa: E402
 from hymt.chat import render_chat  # noqa: E402
@@ -65,7 +64,7 @@ class TimedModel:
 
 
 def request(model: Any, sentence: str, max_tokens: int) -> GenerationRequest:
-    text = f"Translate the following text into Chinese:\n{sentence}"
+    text = PROMPT.format(sentence=sentence)
     ids = list(model.tokenizer.encode(render_chat(model.tokenizer, [{"role": "user", "content": text}])))
     sampling = bench_sampling(model.config.architecture, 0.0, 42)
     return GenerationRequest(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling, stop=[])
@@ -84,13 +83,7 @@ def run_level(
                 generated[index] += ticket.result().usage.completion_tokens
 
     timed.steps.clear()
-    start = time.perf_counter()
-    clients = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join()
-    wall_ms = (time.perf_counter() - start) * 1e3
+    wall_ms = run_clients(streams, client) * 1e3
     prompt = [(ms, sizes) for ms, sizes in timed.steps if max(sizes) > 1]
     decode = [(ms, sizes) for ms, sizes in timed.steps if max(sizes) == 1]
     return {
@@ -123,47 +116,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1 or min(levels) < 1:
         parser.error("rounds and levels must be positive")
 
+    started_on = machine()
     path, profile = resolve_model(args.model, args.gguf_profile)
     timed = TimedModel(load(str(path), profile, threads=args.threads))
     engine = Engine(timed, max_concurrent=max(levels), queue_capacity=max(levels), context=CONTEXT)
     try:
         with engine.submit(request(timed, "Warm-up.", args.max_tokens)) as ticket:
             ticket.result()
-        runs: list[dict[int, dict[str, Any]]] = []  # [round] streams -> that level's run
-        first_sentence = 0
-        for index in range(args.rounds):
-            runs.append({})
-            for streams in levels if index % 2 == 0 else list(reversed(levels)):
-                runs[-1][streams] = run_level(
-                    engine, timed, streams, args.requests, args.max_tokens, first_sentence
-                )
-                first_sentence += streams * args.requests
-        rows = [median_level([run[streams] for run in runs]) for streams in levels]
+
+        def level(streams: int, first_sentence: int) -> dict[str, Any]:
+            return run_level(engine, timed, streams, args.requests, args.max_tokens, first_sentence)
+
+        rounds = run_rounds("engine_steps", levels, args.rounds, args.requests, level)
     finally:
         engine.shutdown()
+    rows = rounds["levels"]
     report: dict[str, Any] = {
-        "machine": machine(),
+        "machine": started_on,
         "model": str(path),
         "threads": args.threads,
         "max_tokens": args.max_tokens,
         "requests_per_client": args.requests,
-        "rounds": args.rounds,
-        "levels": rows,
+        **rounds,
     }
-    if rows and rows[0]["streams"] == 1:
-        base = rows[0]
-        report["scaling_vs_one_stream"] = {
-            str(row["streams"]): row["aggregate_tokens_per_second"] / base["aggregate_tokens_per_second"]
+    step_1 = rows[0]["decode_step_median_ms"] if levels[0] == 1 else None
+    if step_1:
+        # the scaling a level would reach if its prompts cost nothing: N one-stream steps per N-stream step
+        report["decode_only_bound"] = {
+            str(row["streams"]): row["streams"] * step_1 / row["decode_step_median_ms"]
             for row in rows
+            if row["decode_step_median_ms"]
         }
-        step_1 = base["decode_step_median_ms"]
-        if step_1:
-            # the scaling a level would reach if its prompts cost nothing: N one-stream steps per N-stream step
-            report["decode_only_bound"] = {
-                str(row["streams"]): row["streams"] * step_1 / row["decode_step_median_ms"]
-                for row in rows
-                if row["decode_step_median_ms"]
-            }
     report["machine"]["load_average_end"] = list(os.getloadavg())
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,7 @@ SENTENCES = [
     "A cup of green tea helps me relax in the evening.",
     "The farmers hope for good weather during the harvest.",
 ]
+PROMPT = "Translate the following text into Chinese:\n{sentence}"  # one user message per request
 STARTUP_TIMEOUT_S = 900.0
 REQUEST_TIMEOUT_S = 600.0
 
@@ -354,19 +355,11 @@ def run_level(
     def client(index: int) -> None:
         for k in range(requests):
             sentence = SENTENCES[(first_sentence + index + k * streams) % len(SENTENCES)]
-            outcome = stream_chat(
-                target, f"Translate the following text into Chinese:\n{sentence}", max_tokens
-            )
+            outcome = stream_chat(target, PROMPT.format(sentence=sentence), max_tokens)
             with lock:
                 results.append(outcome)
 
-    started = time.perf_counter()
-    clients = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join()
-    wall_s = time.perf_counter() - started
+    wall_s = run_clients(streams, client)
     client_cpu = time.process_time() - client_cpu
     server_end = process_tree_cpu_seconds(pid) if pid is not None else None
     good = [r for r in results if r.error is None]
@@ -391,6 +384,17 @@ def run_level(
     }
 
 
+def run_clients(streams: int, client: Callable[[int], None]) -> float:
+    """client(0), ..., client(streams − 1) on their own threads; the wall seconds until all are done."""
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def median_level(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One level over its rounds: the run with the median aggregate (the lower one of an even count), every
     round's aggregate and the errors of all rounds."""
@@ -402,27 +406,21 @@ def median_level(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def run_target(
-    target: Target, levels: Sequence[int], requests: int, max_tokens: int, rounds: int = 1
+def run_rounds(
+    name: str, levels: Sequence[int], rounds: int, requests: int, run: Callable[[int, int], dict[str, Any]]
 ) -> dict[str, Any]:
-    warm = stream_chat(target, "Translate the following text into Chinese:\nWarm-up.", max_tokens)
-    if warm.error is not None:
-        raise RuntimeError(f"{target.name}: warm-up request failed: {warm.error}")
+    """``rounds`` passes over the levels, ascending and descending in turn; run(streams, first_sentence) runs
+    one level. Returns the median run per level (``levels``) and the scaling from one stream."""
     runs: list[dict[int, dict[str, Any]]] = []  # [round] streams -> that level's run
     first_sentence = 0  # the sentences in turn across levels and rounds
     for index in range(rounds):
-        order = levels if index % 2 == 0 else list(reversed(levels))
         runs.append({})
-        for streams in order:
-            print(
-                f"serve_load: {target.name}: round {index + 1}, {streams} stream(s)",
-                file=sys.stderr,
-                flush=True,
-            )
-            runs[-1][streams] = run_level(target, streams, requests, max_tokens, first_sentence)
+        for streams in levels if index % 2 == 0 else list(reversed(levels)):
+            print(f"{name}: round {index + 1}, {streams} stream(s)", file=sys.stderr, flush=True)
+            runs[-1][streams] = run(streams, first_sentence)
             first_sentence += streams * requests
-    rows = [median_level([run[streams] for run in runs]) for streams in levels]
-    report: dict[str, Any] = {"server": target.name, "url": target.url, "rounds": rounds, "levels": rows}
+    rows = [median_level([one[streams] for one in runs]) for streams in levels]
+    report: dict[str, Any] = {"rounds": rounds, "levels": rows}
     if levels and levels[0] == 1:
         base = rows[0]["aggregate_tokens_per_second"]
         report["scaling_vs_one_stream"] = {
@@ -431,12 +429,26 @@ def run_target(
         # the same ratio within each round (levels measured minutes apart at most)
         report["scaling_per_round"] = [
             {
-                str(s): run[s]["aggregate_tokens_per_second"] / run[1]["aggregate_tokens_per_second"]
-                for s in levels
+                str(n): one[n]["aggregate_tokens_per_second"] / one[1]["aggregate_tokens_per_second"]
+                for n in levels
             }
-            for run in runs
+            for one in runs
         ]
     return report
+
+
+def run_target(
+    target: Target, levels: Sequence[int], requests: int, max_tokens: int, rounds: int = 1
+) -> dict[str, Any]:
+    warm = stream_chat(target, PROMPT.format(sentence="Warm-up."), max_tokens)
+    if warm.error is not None:
+        raise RuntimeError(f"{target.name}: warm-up request failed: {warm.error}")
+
+    def level(streams: int, first_sentence: int) -> dict[str, Any]:
+        return run_level(target, streams, requests, max_tokens, first_sentence)
+
+    report = run_rounds(f"serve_load: {target.name}", levels, rounds, requests, level)
+    return {"server": target.name, "url": target.url, **report}
 
 
 def machine() -> dict[str, Any]:
