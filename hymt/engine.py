@@ -398,6 +398,7 @@ class Engine:
         members: list[Ticket] = []
         batch: list[tuple[Any, list[int]]] = []
         prefill_tokens = 0
+        decode_tokens = 0
         for ticket in running:
             generation = ticket._generation
             prefilling = generation.prefilling
@@ -409,9 +410,20 @@ class Engine:
             tokens = generation.next_input(self.prefill_chunk)
             if prefilling:
                 ticket._prompt_left -= len(tokens)
+            else:
+                decode_tokens += 1
             members.append(ticket)
             batch.append((generation.session, tokens))
+        started = time.perf_counter()
         results = self.model.forward(batch)
+        # what each forward carried and took: where a server's time goes (prompts against decode steps)
+        log.debug(
+            "engine step sequences=%d prompt_tokens=%d decode_tokens=%d forward_ms=%.1f",
+            len(batch),
+            prefill_tokens,
+            decode_tokens,
+            (time.perf_counter() - started) * 1e3,
+        )
         for ticket, logits in zip(members, results, strict=True):
             generation = ticket._generation
             if logits is None or ticket.cancelled:

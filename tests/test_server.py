@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -666,6 +667,25 @@ def test_engine_plain_api(tiny_model: Any) -> None:
         assert engine.admitted == 0 and engine.active == 0
     finally:
         engine.shutdown()
+
+
+def test_engine_logs_each_step_at_debug(tiny_model: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # One line per forward: the prompt in one step, then one decode token per step (the first output token
+    # comes from the prompt's logits, so 3 tokens take 2 decode steps).
+    caplog.set_level(logging.DEBUG, logger="hymt.engine")
+    engine = Engine(tiny_model, max_concurrent=1, queue_capacity=0, context=64, prompt_cache=False)
+    try:
+        with engine.submit(request_for(tiny_model, [256, 257, 72, 258], 3)) as ticket:
+            ticket.result()
+    finally:
+        engine.shutdown()
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("engine step ")]
+    assert [s.rsplit(" forward_ms=", 1)[0] for s in steps] == [
+        "engine step sequences=1 prompt_tokens=4 decode_tokens=0",
+        "engine step sequences=1 prompt_tokens=0 decode_tokens=1",
+        "engine step sequences=1 prompt_tokens=0 decode_tokens=1",
+    ]
+    assert all(float(s.rsplit("=", 1)[1]) >= 0 for s in steps)
 
 
 def test_engine_admission_and_fifo(tiny_model: Any) -> None:
