@@ -34,10 +34,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from serve_load import PROMPT, SENTENCES, machine, run_clients, run_rounds  # noqa: E402
+from serve_load import PROMPT, machine, prompt_for, run_clients, run_rounds  # noqa: E402
 
-from hymt.bench import bench_sampling  # noqa: E402
-from hymt.chat import render_chat  # noqa: E402
+from hymt.bench import bench_sampling, prompt_ids  # noqa: E402
 from hymt.cli import resolve_model  # noqa: E402
 from hymt.engine import Engine  # noqa: E402
 from hymt.generation import GenerationRequest  # noqa: E402
@@ -63,9 +62,8 @@ class TimedModel:
         return result
 
 
-def request(model: Any, sentence: str, max_tokens: int) -> GenerationRequest:
-    text = PROMPT.format(sentence=sentence)
-    ids = list(model.tokenizer.encode(render_chat(model.tokenizer, [{"role": "user", "content": text}])))
+def request(model: Any, prompt: str, max_tokens: int) -> GenerationRequest:
+    ids = prompt_ids(model, prompt, raw=False)
     sampling = bench_sampling(model.config.architecture, 0.0, 42)
     return GenerationRequest(prompt_ids=ids, max_tokens=max_tokens, sampling=sampling, stop=[])
 
@@ -78,8 +76,9 @@ def run_level(
 
     def client(index: int) -> None:
         for k in range(requests):
-            sentence = SENTENCES[(first_sentence + index + k * streams) % len(SENTENCES)]
-            with engine.submit(request(timed, sentence, max_tokens)) as ticket:
+            with engine.submit(
+                request(timed, prompt_for(first_sentence, index, k, streams), max_tokens)
+            ) as ticket:
                 generated[index] += ticket.result().usage.completion_tokens
 
     timed.steps.clear()
@@ -121,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     timed = TimedModel(load(str(path), profile, threads=args.threads))
     engine = Engine(timed, max_concurrent=max(levels), queue_capacity=max(levels), context=CONTEXT)
     try:
-        with engine.submit(request(timed, "Warm-up.", args.max_tokens)) as ticket:
+        with engine.submit(request(timed, PROMPT.format(sentence="Warm-up."), args.max_tokens)) as ticket:
             ticket.result()
 
         def level(streams: int, first_sentence: int) -> dict[str, Any]:

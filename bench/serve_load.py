@@ -354,8 +354,7 @@ def run_level(
 
     def client(index: int) -> None:
         for k in range(requests):
-            sentence = SENTENCES[(first_sentence + index + k * streams) % len(SENTENCES)]
-            outcome = stream_chat(target, PROMPT.format(sentence=sentence), max_tokens)
+            outcome = stream_chat(target, prompt_for(first_sentence, index, k, streams), max_tokens)
             with lock:
                 results.append(outcome)
 
@@ -382,6 +381,12 @@ def run_level(
         "client_cpu_ms_per_token": client_cpu * 1000.0 / tokens if tokens else None,
         "load_average_at_start": load_average,
     }
+
+
+def prompt_for(first_sentence: int, client: int, k: int, streams: int) -> str:
+    """The prompt of client ``client``'s k-th request of a level whose requests take SENTENCES in turn from
+    ``first_sentence`` on (request k of every client before request k + 1 of any)."""
+    return PROMPT.format(sentence=SENTENCES[(first_sentence + client + k * streams) % len(SENTENCES)])
 
 
 def run_clients(streams: int, client: Callable[[int], None]) -> float:
