@@ -19,7 +19,8 @@
  * same A and runs the same two float operations, so the values cannot depend on n or on the path.
  *
  * Kernels (x86): AVX-512 up to HYMT_Q6_K_GEMV_MAX tokens one row at a time (one sequential weight
- * stream; A summed per group of 8 blocks; from 3 tokens the float step with lane = token), from there
+ * stream; A summed per group of 8 blocks; from 3 tokens the float step with lane = token), up to
+ * HYMT_Q6_K_ROWPASS_MAX in passes of that kernel over each row, from there
  * row tiles of 16 rows whose A lands with lane = row, so the float step runs once per 16 rows
  * (hymt_q6_k_rowtiles_avx512), from HYMT_Q6_K_AMX_MIN tokens AMX tiles when present; AVX2 row tiles of
  * 8 rows for every n.
@@ -262,6 +263,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
+/* Up to this many tokens the GEMV runs in passes of HYMT_Q6_K_GEMV_MAX over each row (the row in L1 for
+ * the later passes); more take the row tiles. Zen 5 (EPYC, family 26, 2 cores, session 15), kernel
+ * benchmark from DRAM, 2 threads, 2 alternations, µs per call, row tiles → row passes: layer matrices
+ * n = 5 341–358 → 169, 8 379 → 224, 12 408 → 328, 16 405–443 → 404–470, 20 466 → 611, 32 563 → 971;
+ * the 120818-row head n = 5 12646–13016 → 5864–5890, 8 14055–14096 → 7184–7319, 12 15191–15403 →
+ * 11119–11226, 16 16513–16566 → 15322–15358. The row tiles stall on their 16 strided row streams
+ * there (perf: the code loads of the unpack hot); the passes read one sequential stream. On Zen 4
+ * (session 14) passes of the head at 5–8 tokens were within noise of the tiles. */
+#define HYMT_Q6_K_ROWPASS_MAX 12
 #define HYMT_Q6_K_GEMV_TOKEN_LANES 3 /* from this many tokens the float step runs with lane = token */
 #define HYMT_Q6_K_GEMV_NB 256 /* blocks of its scale table on the stack (4 KiB, cols <= 65536); more: heap */
 
@@ -492,40 +502,51 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n > HYMT_Q6_K_GEMV_MAX) {
+    if (n > HYMT_Q6_K_ROWPASS_MAX) {
         hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
-    /* st: [nb rounded up to 8][4] the tokens' activation scales, block-major (0 past n and nb) */
-    float st_stack[4 * HYMT_Q6_K_GEMV_NB] __attribute__((aligned(64)));
+    /* Passes of up to HYMT_Q6_K_GEMV_MAX tokens over each row while it is in L1. st: [pass][nb rounded up
+     * to 8][4] the tokens' activation scales, block-major (0 past n and nb) */
+    const int passes = (int)((n + HYMT_Q6_K_GEMV_MAX - 1) / HYMT_Q6_K_GEMV_MAX);
+    float st_stack[HYMT_Q6_K_ROWPASS_MAX * HYMT_Q6_K_GEMV_NB] __attribute__((aligned(64)));
     const int64_t nb8 = (nb + 7) / 8 * 8;
     float *st = st_stack;
     const int lanes = n >= HYMT_Q6_K_GEMV_TOKEN_LANES;
-    if (lanes && nb8 > HYMT_Q6_K_GEMV_NB && (st = (float *)aligned_alloc(64, (size_t)nb8 * 16)) == NULL) {
+    if (lanes && nb8 > HYMT_Q6_K_GEMV_NB && (st = (float *)aligned_alloc(64, (size_t)passes * nb8 * 16)) == NULL) {
         for (int64_t t = 0; t < n; t++) /* one token at a time: the same values */
             hymt_gemm_q6_k_avx512(w, row_bytes, r0, r1, act + (size_t)t * act_stride, act_stride, 1, cols,
                                   y + t * y_stride, y_stride);
         return;
     }
     if (lanes)
-        for (int64_t b = 0; b < nb8; b++)
-            for (int t = 0; t < 4; t++)
-                st[4 * b + t] = t < n && b < nb ? ((const hymt_kq8 *)(act + (size_t)t * act_stride) + b)->d : 0.0f;
+        for (int p = 0; p < passes; p++)
+            for (int64_t b = 0; b < nb8; b++)
+                for (int t = 0; t < 4; t++) {
+                    const int64_t tok = 4 * p + t;
+                    st[(p * nb8 + b) * 4 + t] =
+                        tok < n && b < nb ? ((const hymt_kq8 *)(act + (size_t)tok * act_stride) + b)->d : 0.0f;
+                }
     __m512i s1[4], s2[2], ie, io;
     hymt_kq_perms_avx512(s1, s2);
     hymt_q6_k_pair_idx(&ie, &io);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
-        float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */
-        if (n == 1)
-            hymt_q6_k_gemv1_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
-        else if (n == 2)
-            hymt_q6_k_gemv2_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
-        else if (n == 3)
-            hymt_q6_k_gemv3_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
-        else
-            hymt_q6_k_gemv4_avx512(row, act, act_stride, nb, s1, s2, ie, io, st, acc);
-        for (int t = 0; t < n; t++) y[t * y_stride + r] = acc[t];
+        for (int p = 0; p < passes; p++) {
+            const int T = n - 4 * p < 4 ? (int)(n - 4 * p) : 4;
+            const uint8_t *a = act + (size_t)(4 * p) * act_stride;
+            const float *sp = st + p * nb8 * 4;
+            float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */
+            if (T == 1)
+                hymt_q6_k_gemv1_avx512(row, a, act_stride, nb, s1, s2, ie, io, sp, acc);
+            else if (T == 2)
+                hymt_q6_k_gemv2_avx512(row, a, act_stride, nb, s1, s2, ie, io, sp, acc);
+            else if (T == 3)
+                hymt_q6_k_gemv3_avx512(row, a, act_stride, nb, s1, s2, ie, io, sp, acc);
+            else
+                hymt_q6_k_gemv4_avx512(row, a, act_stride, nb, s1, s2, ie, io, sp, acc);
+            for (int t = 0; t < T; t++) y[(4 * p + t) * y_stride + r] = acc[t];
+        }
     }
     if (st != st_stack) free(st);
 }
