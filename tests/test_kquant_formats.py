@@ -289,7 +289,7 @@ def test_int8_product_special_activation_groups(dtype: str) -> None:
 @pytest.mark.parametrize("isa", ISAS)
 def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: str) -> None:
     rng = np.random.default_rng(11)
-    rows, cols, n = 2049, 512, 19
+    rows, cols, n = 2049, 512, 40
     w = random_weight(dtype, rows, cols, rng)
     x = activations(n, cols, rng)
     previous = kernels.get_num_threads()
@@ -299,8 +299,9 @@ def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: st
             full = quant.matmul(w, x)
             for t in (0, 1, 7, 18):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
-            # Q4_K on AVX-512: 1-2 tokens read row by row, 3-8 take the register row tiles, more the L1 tiles
-            for subset in ([18, 3, 1, 16, 17], [5, 9], [2, 11, 4, 6], [0, 12, 13, 14, 15, 7, 8, 10]):
+            # Q4_K on AVX-512: 1-2 tokens read row by row, 3-32 take the register row tiles (up to 8 tokens a
+            # pass), more the L1 tiles; Q6_K: up to 12 in passes of the row-at-a-time GEMV, more the row tiles
+            for subset in ([18, 3, 1, 16, 17], [5, 9], [2, 11, 4, 6], [0, 12, 13, 14, 15, 7, 8, 10], list(range(19))):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
             for threads in (1, 4):
                 kernels.set_num_threads(threads)
@@ -327,7 +328,7 @@ def test_amx_tiles_equal_scalar_and_vector_kernels(dtype: str) -> None:
     for offset in SCALE_OFFSETS[dtype]:
         extreme[:, offset : offset + 2] = fp16_bytes(np.full(len(extreme), 0.5))
     w_extreme = PackedMatrix("extreme", dtype, (cols, rows), extreme.reshape(-1))
-    for n in (1, 8, 9, 15, 16, 17, 33, 64, 100, 272):  # 272: a second pass over the weights, with a tail
+    for n in (1, 8, 9, 15, 16, 17, 32, 33, 64, 100, 272):  # 272: a second pass over the weights, with a tail
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)  # every q = ±127
         for weight, inputs in ((w, x), (w_extreme, x_sign)):
@@ -378,7 +379,7 @@ def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
 
 @pytest.mark.skipif("avx512" not in ISAS, reason="the Q4_K register row tiles are an AVX-512 kernel")
 def test_q4_k_register_row_tiles_every_range_layout() -> None:
-    """Q4_K with 3-8 tokens on AVX-512 (16-row tiles, the next tile staged while one is computed) equals the
+    """Q4_K with 3-32 tokens on AVX-512 (16-row tiles, up to 8 tokens a pass over each) equals the
     scalar reference for every way a range splits into tiles: one partial tile (staged padded), whole tiles
     (the first read in place, the others staged a slice at a time, one block or several per row) and a
     partial last tile after whole ones; the fused projections (row ranges of 64) too."""
@@ -389,9 +390,9 @@ def test_q4_k_register_row_tiles_every_range_layout() -> None:
         for cols in (256, 768):
             for rows in (5, 16, 20, 32, 33, 55, 80):
                 w = random_weight("Q4_K", rows, cols, rng)
-                x = activations(8, cols, rng)
+                x = activations(20, cols, rng)
                 reference = matmul_isa("scalar", w, x)
-                for n in (3, 5, 8):
+                for n in (3, 5, 8, 9, 20):
                     np.testing.assert_array_equal(
                         bits(matmul_isa("avx512", w, x[:n])),
                         bits(reference[:n]),
@@ -466,7 +467,8 @@ def test_head_shaped_q6_k_gemv() -> None:
 
 def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
-    lane = token from n = 3) and 16-row tiles (n >= 5, token tiles of 16 and passes of 64 tokens), the AMX tiles
+    lane = token from n = 3), in passes of up to 4 tokens over each row up to n = 12, and 16-row tiles (n >= 13,
+    token tiles of 16 and passes of 64 tokens), the AMX tiles
     (n >= 12) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
     rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
     extreme codes and sub-scales with ±127 activations."""
@@ -478,7 +480,7 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     extreme[1::3, 192:208] = 0x80  # sub-scales −128
     extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
     w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
-    for n in (1, 2, 3, 4, 5, 11, 12, 16, 17, 64, 65, 81):
+    for n in (1, 2, 3, 4, 5, 7, 11, 12, 13, 16, 17, 64, 65, 81):
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
         for weight, inputs in ((w, x), (w_extreme, x_sign)):
@@ -492,9 +494,9 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
                     )
     value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
     assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
-    # Rows wider than the 3-4 token GEMV's stack table (256 blocks) take its heap table.
+    # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and 7 in two passes).
     wide = random_weight("Q6_K", 16, 257 * 256, rng)
-    for n in (3, 4):
+    for n in (3, 4, 7):
         x = activations(n, 257 * 256, rng)
         reference = matmul_isa("scalar", wide, x)
         for isa in SIMD_ISAS:

@@ -30,14 +30,22 @@
 
 #define HYMT_Q4_K_BYTES 144
 /* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (two sequential weight
- * streams), up to HYMT_Q4_K_ROWS_MAX 16-row tiles decoded in registers for all tokens
- * (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
+ * streams), up to HYMT_Q4_K_ROWPASS_MAX 16-row tiles decoded in registers, up to HYMT_Q4_K_ROWS_MAX
+ * tokens at a time (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
  * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads when the register tiles still staged each tile
  * through a copy: they took 1.08x the row-at-a-time kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4
  * (per token a vpdpbusd chain, no horizontal sums), and 0.75x the L1-buffer tiles' at 6-8; with the
  * super panels that replaced the copy they lose at 1-2 tokens still (hymt_q4_k_rows_avx512). */
 #define HYMT_Q4_K_GEMV_MAX 2
 #define HYMT_Q4_K_ROWS_MAX 8
+/* Up to this many tokens the register tiles run in passes of up to HYMT_Q4_K_ROWS_MAX over each super
+ * panel (its rows in L1 for the later passes); more take the L1-buffer tiles. Zen 5 (EPYC, family 26,
+ * 2 cores, session 15), kernel benchmark from DRAM, 2 threads, 2 alternations, µs per layer call, L1
+ * tiles → passes: n = 9 278–280 → 174–176, 16 328–333 → 257–262, 24 415 → 374–382, 33 532–533 →
+ * 512–515, 64 824–836 → 953–955, 132 1686–1720 → 2019–2024. The L1 tiles cost ~130 µs more than the
+ * register tiles at 8 → 9 tokens there (their 32 row streams stall); from ~40 tokens their cheaper
+ * per-token dots win. */
+#define HYMT_Q4_K_ROWPASS_MAX 32
 
 /* 6-bit scales and mins of the 8 sub-blocks: out[0..8) = sc(j), out[8..16) = m(j). */
 static inline void hymt_q4_k_scale_min(const uint8_t *S, uint8_t out[16]) {
@@ -455,7 +463,7 @@ typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0
                                   size_t act_stride, int64_t nb, float *y, int64_t y_stride);
 static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2};
 
-/* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWS_MAX): tiles of 16 rows, one lane per row, decoded
+/* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWPASS_MAX): tiles of 16 rows, one lane per row, decoded
  * once per block for every token of the call, the code vectors made in registers as they are used (no
  * 4 KiB tile buffer, no horizontal sums). Per block: the 16 row headers (16 bytes each) become four
  * lane = row vectors by 128-bit inserts and a 4×4 transpose (d|dmin,
@@ -615,10 +623,52 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_block(const uint8_t *blk, siz
     }
 }
 
-/* Rows [r0, r1) × T tokens in super panels (see above). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                                                          const uint8_t *act, size_t act_stride, const int T,
-                                                          int64_t nb, float *y, int64_t y_stride) {
+/* One super panel (lane q's row at base + q·ls, q < nr) × T tokens: acc lane = row. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_panel_avx512(const uint8_t *base, size_t ls, int nr, int64_t nb,
+                                                           const uint8_t *act, size_t act_stride, const int T,
+                                                           float *y, int64_t y_stride, int64_t S, __m512i lanes,
+                                                           __mmask16 keep) {
+    __m512 acc[HYMT_Q4_K_ROWS_MAX];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int q = 0; q < nr; q++)
+            for (int k = 0; k < HYMT_Q4_K_BYTES; k += 64)
+                __builtin_prefetch(base + (size_t)q * ls + (size_t)(b + HYMT_Q4_K_ROWS_AHEAD) * HYMT_Q4_K_BYTES + k, 0, 3);
+        hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, ls, nr, act + (size_t)b * sizeof(hymt_k8), act_stride,
+                             T, acc);
+    }
+    for (int t = 0; t < T; t++) hymt_store_lane_rows_avx512(y + t * y_stride, S, lanes, keep, acc[t]);
+}
+
+typedef void (*hymt_q4_k_panel_fn)(const uint8_t *base, size_t ls, int nr, int64_t nb, const uint8_t *act,
+                                   size_t act_stride, float *y, int64_t y_stride, int64_t S, __m512i lanes,
+                                   __mmask16 keep);
+#define HYMT_Q4_K_PANEL(N)                                                                                  \
+    HYMT_TARGET_AVX512 static void hymt_q4_k_panel_##N(const uint8_t *base, size_t ls, int nr, int64_t nb,   \
+                                                       const uint8_t *act, size_t act_stride, float *y,     \
+                                                       int64_t y_stride, int64_t S, __m512i lanes,          \
+                                                       __mmask16 keep) {                                    \
+        hymt_q4_k_panel_avx512(base, ls, nr, nb, act, act_stride, N, y, y_stride, S, lanes, keep);          \
+    }
+HYMT_Q4_K_PANEL(1)
+HYMT_Q4_K_PANEL(2)
+HYMT_Q4_K_PANEL(3)
+HYMT_Q4_K_PANEL(4)
+HYMT_Q4_K_PANEL(5)
+HYMT_Q4_K_PANEL(6)
+HYMT_Q4_K_PANEL(7)
+HYMT_Q4_K_PANEL(8)
+#undef HYMT_Q4_K_PANEL
+static const hymt_q4_k_panel_fn hymt_q4_k_panels[HYMT_Q4_K_ROWS_MAX] = {
+    hymt_q4_k_panel_1, hymt_q4_k_panel_2, hymt_q4_k_panel_3, hymt_q4_k_panel_4,
+    hymt_q4_k_panel_5, hymt_q4_k_panel_6, hymt_q4_k_panel_7, hymt_q4_k_panel_8};
+
+/* Rows [r0, r1) × n tokens in super panels (see above), the tokens in passes of up to HYMT_Q4_K_ROWS_MAX
+ * over each panel (sizes balanced: 9 = 5 + 4) while its rows are in L1. */
+HYMT_TARGET_AVX512 static void hymt_q4_k_rows_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                     const uint8_t *act, size_t act_stride, int64_t n, int64_t nb,
+                                                     float *y, int64_t y_stride) {
+    const int64_t passes = (n + HYMT_Q4_K_ROWS_MAX - 1) / HYMT_Q4_K_ROWS_MAX;
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r;
         const int64_t S = hymt_lane_rows(left, 16, HYMT_Q4_K_LANE_ROWS, 1);
@@ -628,41 +678,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q4_k_rows_avx512(const uint8_t *w, size
         const __mmask16 keep = (__mmask16)((1u << nr) - 1);
         for (int64_t i = 0; i < S; i++) {
             const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
-            __m512 acc[HYMT_Q4_K_ROWS_MAX];
-            for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b = 0; b < nb; b++) {
-                for (int q = 0; q < nr; q++)
-                    for (int k = 0; k < HYMT_Q4_K_BYTES; k += 64)
-                        __builtin_prefetch(base + (size_t)q * ls + (size_t)(b + HYMT_Q4_K_ROWS_AHEAD) * HYMT_Q4_K_BYTES + k,
-                                           0, 3);
-                hymt_q4_k_rows_block(base + (size_t)b * HYMT_Q4_K_BYTES, ls, nr, act + (size_t)b * sizeof(hymt_k8),
-                                     act_stride, T, acc);
+            for (int64_t p = 0, t0 = 0; p < passes; p++) {
+                const int64_t T = (n - t0 + (passes - p) - 1) / (passes - p);
+                hymt_q4_k_panels[T - 1](base, ls, nr, nb, act + (size_t)t0 * act_stride, act_stride,
+                                        y + t0 * y_stride + r + i, y_stride, S, lanes, keep);
+                t0 += T;
             }
-            for (int t = 0; t < T; t++)
-                hymt_store_lane_rows_avx512(y + t * y_stride + r + i, S, lanes, keep, acc[t]);
         }
         r += S > 1 ? 16 * S : nr;
     }
 }
-
-#define HYMT_Q4_K_ROWS(N)                                                                                   \
-    HYMT_TARGET_AVX512 static void hymt_q4_k_rows_##N(const uint8_t *w, size_t row_bytes, int64_t r0,           \
-                                                      int64_t r1, const uint8_t *act, size_t act_stride,        \
-                                                      int64_t nb, float *y, int64_t y_stride) {                 \
-        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, N, nb, y, y_stride);                       \
-    }
-HYMT_Q4_K_ROWS(3)
-HYMT_Q4_K_ROWS(4)
-HYMT_Q4_K_ROWS(5)
-HYMT_Q4_K_ROWS(6)
-HYMT_Q4_K_ROWS(7)
-HYMT_Q4_K_ROWS(8)
-#undef HYMT_Q4_K_ROWS
-typedef void (*hymt_q4_k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
-                                  size_t act_stride, int64_t nb, float *y, int64_t y_stride);
-/* [n - HYMT_Q4_K_GEMV_MAX - 1]: 1-2 tokens take the row-at-a-time GEMV */
-static const hymt_q4_k_rows_fn hymt_q4_k_rowfns[HYMT_Q4_K_ROWS_MAX - HYMT_Q4_K_GEMV_MAX] = {
-    hymt_q4_k_rows_3, hymt_q4_k_rows_4, hymt_q4_k_rows_5, hymt_q4_k_rows_6, hymt_q4_k_rows_7, hymt_q4_k_rows_8};
 
 /* Tiles of 32 rows (two 16-row tiles; 16 at the end of an odd range); per block the tiles are decoded
  * once into L1 and every token of the pass runs over them. While a tile is read, the next one
@@ -671,8 +696,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n > HYMT_Q4_K_GEMV_MAX && n <= HYMT_Q4_K_ROWS_MAX) {
-        hymt_q4_k_rowfns[n - HYMT_Q4_K_GEMV_MAX - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
+    if (n > HYMT_Q4_K_GEMV_MAX && n <= HYMT_Q4_K_ROWPASS_MAX) {
+        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
     if (n <= HYMT_Q4_K_GEMV_MAX) {
