@@ -475,10 +475,11 @@ def q8_0_int8_sequence(weight: SimpleNamespace, x: np.ndarray) -> np.ndarray:
     return total
 
 
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 70])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 8, 9, 13, 70])
 def test_q8_0_int8_path_is_the_documented_float_sequence(n: int) -> None:
     """Every family gives exactly the documented sequence: 37 rows (a 32-row panel and a partial one),
-    three 256-groups, token counts on both sides of the small-batch path and of a 64-token span."""
+    three 256-groups, token counts on both sides of the small-batch path (up to 4 tokens a pass, up to 8
+    tokens) and of a 64-token span."""
     rng = np.random.default_rng(31 + n)
     w = make_weight("Q8_0", 37, 768, rng)
     x = (rng.standard_normal((n, 768)) * rng.uniform(0.1, 3.0, (n, 1))).astype(np.float32)

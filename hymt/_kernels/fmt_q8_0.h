@@ -21,8 +21,9 @@
  * (+128, unsigned for vpdpbusd), and its block scales into D[b] (lane r = d of row r's block b). Then
  * for tiles of tokens, vpdpbusd(W[b][j], broadcast activation dword 8b + j) accumulates 16 rows' block
  * sums at once, starting from −128·Σ_{32} q_a (the +128 cancelled exactly), 6 tokens × 1–2 row vectors
- * in registers; the float steps above run once per block on 16 rows. Up to 4 tokens (the GEMV and small
- * decode batches) skip the scratch: each block is transposed in registers and used at once. The
+ * in registers; the float steps above run once per block on 16 rows. Up to 8 tokens (the GEMV and small
+ * decode batches) skip the scratch: each block is transposed in registers and used at once by up to 4
+ * tokens (more in passes over each panel, HYMT_Q8_0_ROWPASS_MAX). The
  * transpose costs shuffles, not memory traffic, so the weight stream stays the GEMV's bottleneck; the
  * small batches give each lane a run of consecutive rows (one long stream per lane) and prefetch it in
  * software into L1 and, further ahead, L2 (hymt_q8_0_small_avx512), the panel path prefetches its rows
@@ -122,6 +123,12 @@ static void hymt_gemm_q8_0_scalar(const uint8_t *w, size_t row_bytes, int64_t r0
 #define HYMT_Q8_0_SPAN_TOKENS 64
 /* Batches up to this many tokens skip the panel scratch (hymt_q8_0_small_avx512). */
 #define HYMT_Q8_0_SMALL 4
+/* Up to this many tokens the small-batch kernel runs in passes of up to HYMT_Q8_0_SMALL over each super
+ * panel (its rows in L1/L2 for the later passes); more take the panel path. Zen 5 (EPYC, family 26, 2
+ * cores, session 15), kernel benchmark from DRAM, 2 threads, 2 alternations, µs per layer call, panel
+ * path → passes: n = 5 271–273 → 211–216, 8 286–291 → 231–232, 12 315–319 → 320–321, 16 345–353 →
+ * 413–417, 33 479–495 → 877–883. */
+#define HYMT_Q8_0_ROWPASS_MAX 8
 /* How far ahead (in 256-weight groups of a panel) the weight rows are prefetched. */
 #define HYMT_Q8_0_PREFETCH_GROUPS 2
 /* How far ahead the small-batch kernel also prefetches its lanes into L2 (hymt_q8_0_small_avx512). */
@@ -279,12 +286,81 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_tile_avx512(const __m512i *W, cons
  * distance 3 / 6 / 8 groups and L1 distance 1 / 3 within noise of 4 and 2. Tried and not kept on Zen 4
  * (L2-resident 256 × 2048, cycles per block, n = 1 / 4): the d gather replaced by 16 scalar loads and
  * stores per block or 128 per group (62 / 95 → 63.5 / 97), two vpdpbusd chains per block (no change). */
-HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, size_t row_bytes, int64_t r0,
-                                                            int64_t r1, const uint8_t *act, size_t act_stride,
-                                                            int64_t groups, float *y, int64_t y_stride,
-                                                            const int TT) {
+/* One super panel (lane q's row at base + q·ls, q < nr) × TT tokens: lane = row. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_panel(const uint8_t *base, size_t ls, int nr, __m512i offsets,
+                                                          __mmask16 live, const uint8_t *act, size_t act_stride,
+                                                          int64_t groups, float *y, int64_t y_stride, int64_t S,
+                                                          __m512i lanes, const int TT) {
+    __m512 total[HYMT_Q8_0_SMALL];
+#pragma GCC unroll 8
+    for (int k = 0; k < TT; k++) total[k] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512 gacc[HYMT_Q8_0_SMALL];
+#pragma GCC unroll 8
+        for (int k = 0; k < TT; k++) gacc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+        for (int b = 0; b < 8; b++) {
+            for (int q = 2 * b; q < 2 * b + 2 && q < nr; q++) {
+                const char *p = (const char *)(base + (size_t)q * ls + (size_t)g * 8 * HYMT_Q8_0_BYTES);
+                const char *p1 = p + HYMT_Q8_0_PREFETCH_GROUPS * 8 * HYMT_Q8_0_BYTES;
+                const char *p2 = p + HYMT_Q8_0_PREFETCH_L2_GROUPS * 8 * HYMT_Q8_0_BYTES;
+                for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) {
+                    _mm_prefetch(p1 + off, _MM_HINT_T0);
+                    _mm_prefetch(p2 + off, _MM_HINT_T1);
+                }
+            }
+            __m512i W[8];
+            __m512 D;
+            hymt_q8_0_block_avx512(base + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, ls, nr, offsets, live, W, &D);
+#pragma GCC unroll 8
+            for (int k = 0; k < TT; k++) {
+                const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
+                __m512i acc = _mm512_set1_epi32(a->bias[b]);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    int32_t q;
+                    memcpy(&q, a->qs + 32 * b + 4 * j, 4);
+                    acc = _mm512_dpbusd_epi32(acc, W[j], _mm512_set1_epi32(q));
+                }
+                gacc[k] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(acc), gacc[k]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < TT; k++) {
+            const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
+            total[k] = _mm512_fmadd_ps(_mm512_set1_ps(a->s), gacc[k], total[k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < TT; k++) hymt_store_lane_rows_avx512(y + k * y_stride, S, lanes, live, total[k]);
+}
+
+typedef void (*hymt_q8_0_panel_fn)(const uint8_t *base, size_t ls, int nr, __m512i offsets, __mmask16 live,
+                                   const uint8_t *act, size_t act_stride, int64_t groups, float *y, int64_t y_stride,
+                                   int64_t S, __m512i lanes);
+#define HYMT_Q8_0_PANEL_FN(TT)                                                                                 \
+    HYMT_TARGET_AVX512 static void hymt_q8_0_panel_##TT(const uint8_t *base, size_t ls, int nr, __m512i offsets, \
+                                                        __mmask16 live, const uint8_t *act, size_t act_stride,  \
+                                                        int64_t groups, float *y, int64_t y_stride, int64_t S,  \
+                                                        __m512i lanes) {                                        \
+        hymt_q8_0_small_panel(base, ls, nr, offsets, live, act, act_stride, groups, y, y_stride, S, lanes, TT); \
+    }
+HYMT_Q8_0_PANEL_FN(1)
+HYMT_Q8_0_PANEL_FN(2)
+HYMT_Q8_0_PANEL_FN(3)
+HYMT_Q8_0_PANEL_FN(4)
+#undef HYMT_Q8_0_PANEL_FN
+static const hymt_q8_0_panel_fn hymt_q8_0_panels[HYMT_Q8_0_SMALL] = {hymt_q8_0_panel_1, hymt_q8_0_panel_2,
+                                                                     hymt_q8_0_panel_3, hymt_q8_0_panel_4};
+
+/* Rows [r0, r1) × n tokens (n <= HYMT_Q8_0_ROWPASS_MAX) in super panels, the tokens in passes of up to
+ * HYMT_Q8_0_SMALL over each panel (sizes balanced: 5 = 3 + 2) while its rows are in L1. */
+HYMT_TARGET_AVX512 static void hymt_q8_0_small_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                                                      const uint8_t *act, size_t act_stride, int64_t n,
+                                                      int64_t groups, float *y, int64_t y_stride) {
     /* the d gather's lane offsets (up to 15·16·row_bytes) must fit int32 for S > 1 */
     const int strided = (size_t)15 * HYMT_Q8_0_LANE_ROWS * row_bytes <= (size_t)INT32_MAX;
+    const int64_t passes = (n + HYMT_Q8_0_SMALL - 1) / HYMT_Q8_0_SMALL;
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r;
         const int64_t S = hymt_lane_rows(left, 16, HYMT_Q8_0_LANE_ROWS, strided);
@@ -295,69 +371,16 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q8_0_small_avx512(const uint8_t *w, siz
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         for (int64_t i = 0; i < S; i++) {
             const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
-            __m512 total[HYMT_Q8_0_SMALL];
-#pragma GCC unroll 8
-            for (int k = 0; k < TT; k++) total[k] = _mm512_setzero_ps();
-            for (int64_t g = 0; g < groups; g++) {
-                __m512 gacc[HYMT_Q8_0_SMALL];
-#pragma GCC unroll 8
-                for (int k = 0; k < TT; k++) gacc[k] = _mm512_setzero_ps();
-#pragma GCC unroll 1
-                for (int b = 0; b < 8; b++) {
-                    for (int q = 2 * b; q < 2 * b + 2 && q < nr; q++) {
-                        const char *p = (const char *)(base + (size_t)q * ls + (size_t)g * 8 * HYMT_Q8_0_BYTES);
-                        const char *p1 = p + HYMT_Q8_0_PREFETCH_GROUPS * 8 * HYMT_Q8_0_BYTES;
-                        const char *p2 = p + HYMT_Q8_0_PREFETCH_L2_GROUPS * 8 * HYMT_Q8_0_BYTES;
-                        for (int off = 0; off < 8 * HYMT_Q8_0_BYTES; off += 64) {
-                            _mm_prefetch(p1 + off, _MM_HINT_T0);
-                            _mm_prefetch(p2 + off, _MM_HINT_T1);
-                        }
-                    }
-                    __m512i W[8];
-                    __m512 D;
-                    hymt_q8_0_block_avx512(base + (size_t)(8 * g + b) * HYMT_Q8_0_BYTES, ls, nr, offsets, live, W, &D);
-#pragma GCC unroll 8
-                    for (int k = 0; k < TT; k++) {
-                        const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
-                        __m512i acc = _mm512_set1_epi32(a->bias[b]);
-#pragma GCC unroll 8
-                        for (int j = 0; j < 8; j++) {
-                            int32_t q;
-                            memcpy(&q, a->qs + 32 * b + 4 * j, 4);
-                            acc = _mm512_dpbusd_epi32(acc, W[j], _mm512_set1_epi32(q));
-                        }
-                        gacc[k] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(acc), gacc[k]);
-                    }
-                }
-#pragma GCC unroll 8
-                for (int k = 0; k < TT; k++) {
-                    const hymt_q8_0_act *a = (const hymt_q8_0_act *)(act + (size_t)k * act_stride) + g;
-                    total[k] = _mm512_fmadd_ps(_mm512_set1_ps(a->s), gacc[k], total[k]);
-                }
+            for (int64_t p = 0, t0 = 0; p < passes; p++) {
+                const int64_t T = (n - t0 + (passes - p) - 1) / (passes - p);
+                hymt_q8_0_panels[T - 1](base, ls, nr, offsets, live, act + (size_t)t0 * act_stride, act_stride, groups,
+                                        y + t0 * y_stride + r + i, y_stride, S, lanes);
+                t0 += T;
             }
-#pragma GCC unroll 8
-            for (int k = 0; k < TT; k++)
-                hymt_store_lane_rows_avx512(y + k * y_stride + r + i, S, lanes, live, total[k]);
         }
         r += S > 1 ? 16 * S : nr;
     }
 }
-
-typedef void (*hymt_q8_0_small_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act,
-                                   size_t act_stride, int64_t groups, float *y, int64_t y_stride);
-#define HYMT_Q8_0_SMALL_FN(TT)                                                                                 \
-    HYMT_TARGET_AVX512 static void hymt_q8_0_small_avx512_##TT(const uint8_t *w, size_t row_bytes, int64_t r0,   \
-                                                               int64_t r1, const uint8_t *act, size_t act_stride, \
-                                                               int64_t groups, float *y, int64_t y_stride) {      \
-        hymt_q8_0_small_avx512(w, row_bytes, r0, r1, act, act_stride, groups, y, y_stride, TT);                \
-    }
-HYMT_Q8_0_SMALL_FN(1)
-HYMT_Q8_0_SMALL_FN(2)
-HYMT_Q8_0_SMALL_FN(3)
-HYMT_Q8_0_SMALL_FN(4)
-#undef HYMT_Q8_0_SMALL_FN
-static const hymt_q8_0_small_fn hymt_q8_0_smalls_avx512[HYMT_Q8_0_SMALL] = {
-    hymt_q8_0_small_avx512_1, hymt_q8_0_small_avx512_2, hymt_q8_0_small_avx512_3, hymt_q8_0_small_avx512_4};
 
 typedef void (*hymt_q8_0_tile_fn)(const __m512i *W, const __m512 *D, const hymt_q8_0_act *const *a, float *total);
 #define HYMT_Q8_0_TILE(RV, TT)                                                                                 \
@@ -404,8 +427,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q8_0_avx512(const uint8_t *w, size_t ro
         return;
     }
     int64_t groups = cols / 256;
-    if (n <= HYMT_Q8_0_SMALL) {
-        hymt_q8_0_smalls_avx512[n - 1](w, row_bytes, r0, r1, act, act_stride, groups, y, y_stride);
+    if (n <= HYMT_Q8_0_ROWPASS_MAX) {
+        hymt_q8_0_small_avx512(w, row_bytes, r0, r1, act, act_stride, n, groups, y, y_stride);
         return;
     }
     __m512i W[2 * 64];                                              /* [row vector][8 blocks × 8 dwords] */
