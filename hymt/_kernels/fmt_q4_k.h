@@ -679,7 +679,7 @@ HYMT_TARGET_AVX512 static void hymt_q4_k_rows_avx512(const uint8_t *w, size_t ro
         for (int64_t i = 0; i < S; i++) {
             const uint8_t *base = w + (size_t)(r + i) * row_bytes; /* lane 0's row of this pass */
             for (int64_t p = 0, t0 = 0; p < passes; p++) {
-                const int64_t T = (n - t0 + (passes - p) - 1) / (passes - p);
+                const int64_t T = hymt_pass_tokens(n, t0, passes, p);
                 hymt_q4_k_panels[T - 1](base, ls, nr, nb, act + (size_t)t0 * act_stride, act_stride,
                                         y + t0 * y_stride + r + i, y_stride, S, lanes, keep);
                 t0 += T;

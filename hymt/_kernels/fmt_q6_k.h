@@ -509,7 +509,8 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
     /* Passes of up to HYMT_Q6_K_GEMV_MAX tokens over each row while it is in L1. st: [pass][nb rounded up
      * to 8][4] the tokens' activation scales, block-major (0 past n and nb) */
     const int passes = (int)((n + HYMT_Q6_K_GEMV_MAX - 1) / HYMT_Q6_K_GEMV_MAX);
-    float st_stack[HYMT_Q6_K_ROWPASS_MAX * HYMT_Q6_K_GEMV_NB] __attribute__((aligned(64)));
+    float st_stack[(HYMT_Q6_K_ROWPASS_MAX + HYMT_Q6_K_GEMV_MAX - 1) / HYMT_Q6_K_GEMV_MAX * 4 * HYMT_Q6_K_GEMV_NB]
+        __attribute__((aligned(64)));
     const int64_t nb8 = (nb + 7) / 8 * 8;
     float *st = st_stack;
     const int lanes = n >= HYMT_Q6_K_GEMV_TOKEN_LANES;
@@ -533,7 +534,7 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t ro
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int p = 0; p < passes; p++) {
-            const int T = n - 4 * p < 4 ? (int)(n - 4 * p) : 4;
+            const int T = n - 4 * p < HYMT_Q6_K_GEMV_MAX ? (int)(n - 4 * p) : HYMT_Q6_K_GEMV_MAX;
             const uint8_t *a = act + (size_t)(4 * p) * act_stride;
             const float *sp = st + p * nb8 * 4;
             float acc[HYMT_Q6_K_GEMV_MAX] = {0.0f, 0.0f, 0.0f, 0.0f}; /* [token] */

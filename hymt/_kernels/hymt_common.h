@@ -126,6 +126,13 @@ static inline int64_t hymt_lane_rows(int64_t left, int64_t width, int64_t most, 
     return left >= width * most ? most : left / width;
 }
 
+/* Tokens of pass p when n tokens go through a kernel in `passes` passes, the earlier passes having taken
+ * t0: the sizes differ by at most one (9 tokens in passes of up to 8: 5 + 4), so no pass runs a kernel
+ * far below its best width. */
+static inline int64_t hymt_pass_tokens(int64_t n, int64_t t0, int64_t passes, int64_t p) {
+    return (n - t0 + passes - p - 1) / (passes - p);
+}
+
 #if defined(HYMT_X86)
 /* 16×16 dword transpose: out[j] lane i = dword j of r[i] (unpack 32/64-bit, then two 128-bit lane
  * shuffles; r and out must not overlap). The batched kernels use it so that a vector holds 4 weights of
