@@ -1044,7 +1044,7 @@ HYMT_TARGET_AVX512VBMI static void stq1_gemm_lut_vbmi(const uint8_t *w, size_t r
  * − 1): plane p, row j, dword i = the digits of groups 4j..4j+3 of weight row i, which multiply
  * act.qs[64p + 4j .. 64p + 4j + 3]; tdpbssd then gives Σ digit·q directly (no − Σq correction). */
 #if defined(HYMT_HAVE_AMX)
-#define STQ1_AMX_MIN 8 /* measured: from n = 6 on the tiles beat the batched vector kernel */
+#define STQ1_AMX_MIN 5 /* measured (n-row tiles below 16 tokens): n = 4 ties, n = 5 0.93x, n = 7 0.79x */
 
 /* vpermb tables: byte i = digit (lane p − 1) of entry i & 31. */
 HYMT_TARGET_AMX HYMT_INLINE void stq1_amx_tables(__m512i tab[4]) {
