@@ -328,7 +328,8 @@ def test_amx_tiles_equal_scalar_and_vector_kernels(dtype: str) -> None:
     for offset in SCALE_OFFSETS[dtype]:
         extreme[:, offset : offset + 2] = fp16_bytes(np.full(len(extreme), 0.5))
     w_extreme = PackedMatrix("extreme", dtype, (cols, rows), extreme.reshape(-1))
-    for n in (1, 8, 9, 15, 16, 17, 32, 33, 64, 100, 272):  # 272: a second pass over the weights, with a tail
+    # Q4_K tiles from 13 tokens (n rows below 16), Q8_0 from 10, Q6_K from 12; 272: a second pass with a tail
+    for n in (1, 8, 9, 12, 13, 15, 16, 17, 32, 33, 64, 100, 272):
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)  # every q = ±127
         for weight, inputs in ((w, x), (w_extreme, x_sign)):

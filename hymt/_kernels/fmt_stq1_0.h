@@ -166,7 +166,7 @@ HYMT_INLINE int stq1_lut_wanted(int64_t n) {
     const hymt_cpu_features *f = hymt_cpu();
     if (n < STQ1_LUT_MIN || hymt_active_isa != HYMT_ISA_AVX512 || !f->avx512vbmi || !f->amd) return 0;
 #if defined(HYMT_HAVE_AMX)
-    if (hymt_amx_active()) return 0; /* from STQ1_AMX_MIN (= STQ1_LUT_MIN) tokens the AMX tiles run */
+    if (hymt_amx_active()) return 0; /* the AMX tiles run from STQ1_AMX_MIN (< STQ1_LUT_MIN) tokens */
 #endif
     return 1;
 #else
