@@ -328,7 +328,7 @@ def test_amx_tiles_equal_scalar_and_vector_kernels(dtype: str) -> None:
     for offset in SCALE_OFFSETS[dtype]:
         extreme[:, offset : offset + 2] = fp16_bytes(np.full(len(extreme), 0.5))
     w_extreme = PackedMatrix("extreme", dtype, (cols, rows), extreme.reshape(-1))
-    # Q4_K tiles from 13 tokens (n rows below 16), Q8_0 from 10, Q6_K from 12; 272: a second pass with a tail
+    # Q4_K tiles from 13 tokens (n rows below 16), Q8_0 from 10, Q6_K from 9; 272: a second pass with a tail
     for n in (1, 8, 9, 12, 13, 15, 16, 17, 32, 33, 64, 100, 272):
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)  # every q = ±127
@@ -470,7 +470,7 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
     lane = token from n = 3), in passes of up to 4 tokens over each row up to n = 12, and 16-row tiles (n >= 13,
     token tiles of 16 and passes of 64 tokens), the AMX tiles
-    (n >= 12) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
+    (n >= 9) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
     rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
     extreme codes and sub-scales with ±127 activations."""
     rng = np.random.default_rng(66)
@@ -481,7 +481,7 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     extreme[1::3, 192:208] = 0x80  # sub-scales −128
     extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
     w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
-    for n in (1, 2, 3, 4, 5, 7, 11, 12, 13, 16, 17, 64, 65, 81):
+    for n in (1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 16, 17, 64, 65, 81):
         x = activations(n, cols, rng)
         x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
         for weight, inputs in ((w, x), (w_extreme, x_sign)):

@@ -771,8 +771,12 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * 219 µs at 12; hence tiles from HYMT_Q6_K_AMX_MIN tokens. The vector work runs beside the tile unit:
  * block b + 1 is decoded while the last products of block b run, the float step of a pair of token tiles
  * while the next pair's products run; the Q operands of one block's token tiles lie in a row (sequential
- * L2 reads). Together, 1.8B layer: −3..8 % at n = 64 (1 and 2 threads), 0..−4 % at 256, n = 16 unchanged. */
-#define HYMT_Q6_K_AMX_MIN 12
+ * L2 reads). Together, 1.8B layer: −3..8 % at n = 64 (1 and 2 threads), 0..−4 % at 256, n = 16 unchanged.
+ * Since the 5-12 token passes of the row-at-a-time GEMV (HYMT_Q6_K_ROWPASS_MAX), which cost a pass per 4
+ * tokens, the tiles win from 9 tokens: 1.8B shapes at 2 threads from DRAM (session 16, Intel), µs per
+ * call passes → tiles: layer n = 8 496 → 528, 9 607 → 531, 11 666 → 536; the 120818-row head n = 8
+ * 15.9 → 17.8 ms, 9 19.8 → 17.8, 11 22.2 → 18.0. */
+#define HYMT_Q6_K_AMX_MIN 9
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256
 
