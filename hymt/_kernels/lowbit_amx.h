@@ -103,7 +103,8 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
                                      int64_t y_stride) {                                                \
         /* Below 16 tokens the A and C tiles have n rows and A loads the activations in place: a tile  \
          * product costs less with fewer A rows, the C stores and A loads move n rows, not 16, and no  \
-         * zero-padded copy is made (n = 4..8 at two threads, from DRAM: 0.79-1.00x the 16-row tiles). */ \
+         * zero-padded copy is made (STQ1_0, 2 threads, from DRAM: 0.79-0.84x the 16-row tiles' time  \
+         * at n = 2..8). */                                                                             \
         const uint8_t a_rows = (uint8_t)(n < 16 ? n : 16);                                              \
         const uint8_t tile_rows[8] = {a_rows, a_rows, a_rows, a_rows, a_rows, a_rows, 16, 16};         \
         static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};                        \
