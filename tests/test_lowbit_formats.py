@@ -598,7 +598,8 @@ def test_product_shape_errors(dtype: str) -> None:
 needs_amx = pytest.mark.skipif(
     "avx512" not in ISAS or not kernels.cpu_features()["amx_int8"], reason="needs AMX-INT8 tiles"
 )
-AMX_BATCHES = [1, 4, 5, 6, 7, 8, 15, 16, 17, 33, 64, 100]  # the thresholds: STQ1_0 n = 5, Q2_0C n = 6
+# the thresholds (STQ1_0 n = 5, Q2_0C n = 6), tiles of live rows only (n < 32), whole and zero-padded tiles
+AMX_BATCHES = [1, 4, 5, 6, 7, 8, 15, 16, 17, 20, 31, 32, 33, 64, 100]
 
 
 def matmul_amx(w: PackedMatrix, x: np.ndarray, enabled: bool) -> np.ndarray:
@@ -610,9 +611,10 @@ def matmul_amx(w: PackedMatrix, x: np.ndarray, enabled: bool) -> np.ndarray:
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize(("cols", "rows"), [(1536, 37), (2048, 16), (1024, 81)])
 def test_amx_products_equal_scalar_vector_and_each_token_alone(dtype: str, cols: int, rows: int) -> None:
-    """Tile sums are exact: on both sides of the AMX thresholds, for calls of fewer than 16 tokens (n-row
-    tiles), partial token tiles (n % 16) and partial 16- and 32-row weight tiles, every token equals the
-    scalar reference, the vector kernels (AMX off) and its own product computed alone."""
+    """Tile sums are exact: on both sides of the AMX thresholds, for calls of fewer than 32 tokens (token
+    tiles of their live rows), zero-padded partial token tiles (n % 16 from 33 on) and partial 16- and
+    32-row weight tiles, every token equals the scalar reference, the vector kernels (AMX off) and its own
+    product computed alone."""
     rng = np.random.default_rng(cols + rows)
     w = random_weight(dtype, rows, cols, rng)
     x = activations(max(AMX_BATCHES), cols, rng)
@@ -661,7 +663,7 @@ def test_amx_kernels_never_read_past_the_tensor(dtype: str, rows: int) -> None:
     region, data = guarded_copy(w.data)
     guarded = PackedMatrix(w.name, dtype, w.dimensions, data)
     x = activations(33, cols, rng)
-    for n in (5, 16, 33):  # n-row tiles, whole tiles, a zero-padded last tile
+    for n in (5, 16, 20, 33):  # tiles of live rows, whole tiles, a zero-padded last tile
         assert_same_floats(matmul_amx(guarded, x[:n], True), matmul_isa("scalar", w, x[:n]))
     del guarded, data
     region.close()

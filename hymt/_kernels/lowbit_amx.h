@@ -10,7 +10,8 @@
  * Tile products C[16 tokens][16 rows] += A[16 tokens][64 k] · B[16][16 rows × 4 k] (tdpbssd, s8 × s8):
  * the A tile of plane p is act.qs[64p .. 64p + 64) of 16 tokens, read in place (tokens act_stride
  * apart; the last partial token tile from a zero-padded copy, so tile loads stay in bounds; a call of
- * fewer than 16 tokens configures A and C with n rows instead and needs no copy), and the
+ * fewer than 32 tokens configures its token tiles' A and C with their live rows instead and needs no
+ * copy), and the
  * format's DECODE writes, for 16 weight rows and one group, the 4 plane B tiles in VNNI order (row j,
  * dword i = the units of weight row i that multiply qs[64p + 4j .. 64p + 4j + 3]). 4 products per
  * group. Tiles: C 0..3 = [token tile u][row half h] at 2u + h, A 4 + u, B 6 + h (2 × 2 blocking: one
@@ -101,15 +102,17 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
     HYMT_TARGET_AMX static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,        \
                                      const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y, \
                                      int64_t y_stride) {                                                \
-        /* Below 16 tokens the A and C tiles have n rows and A loads the activations in place: a tile  \
-         * product costs less with fewer A rows, the C stores and A loads move n rows, not 16, and no  \
-         * zero-padded copy is made (STQ1_0, 2 threads, from DRAM: 0.79-0.84x the 16-row tiles' time  \
-         * at n = 2..8). */                                                                             \
-        const uint8_t a_rows = (uint8_t)(n < 16 ? n : 16);                                              \
-        const uint8_t tile_rows[8] = {a_rows, a_rows, a_rows, a_rows, a_rows, a_rows, 16, 16};         \
+        /* Below 32 tokens (one pair of token tiles) each token tile's A and C tiles have as many rows  \
+         * as it has tokens and A loads the activations in place: a tile product costs less with fewer \
+         * A rows, the C stores and A loads move only live rows, and no zero-padded copy is made       \
+         * (STQ1_0, 2 threads, from DRAM, against 16-row tiles: 0.79-0.84x the time at n = 2..8,        \
+         * 0.85x at 17-20, 0.93x at 29). A tile of 0 rows may not be configured with 64-byte rows:     \
+         * unused tiles keep 16. */                                                                     \
+        const uint8_t rows0 = (uint8_t)(n < 16 ? n : 16), rows1 = (uint8_t)(n > 16 && n < 32 ? n - 16 : rows0); \
+        const uint8_t tile_rows[8] = {rows0, rows0, rows1, rows1, rows0, rows1, 16, 16};               \
         static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};                        \
-        /* tokens in whole tiles (all n of them below 16) and in the zero-padded last tile */          \
-        int64_t ng = cols / HYMT_Q8G_SIZE, full = n < 16 ? n : n / 16 * 16, m = n - full;              \
+        /* tokens read in place (all n of them below 32) and in the zero-padded last tile */           \
+        int64_t ng = cols / HYMT_Q8G_SIZE, full = n < 32 ? n : n / 16 * 16, m = n - full;              \
         int64_t pairs = (n + 31) / 32, steps = ng * pairs; /* token-tile pairs per group; all steps */  \
         size_t ts = act_stride / sizeof(hymt_q8g);         /* groups between tokens */                   \
         const hymt_q8g *groups = (const hymt_q8g *)act;                                                 \
