@@ -106,8 +106,8 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
          * as it has tokens and A loads the activations in place: a tile product costs less with fewer \
          * A rows, the C stores and A loads move only live rows, and no zero-padded copy is made       \
          * (STQ1_0, 2 threads, from DRAM, against 16-row tiles: 0.79-0.84x the time at n = 2..8,        \
-         * 0.85x at 17-20, 0.93x at 29). A tile of 0 rows may not be configured with 64-byte rows:     \
-         * unused tiles keep 16. */                                                                     \
+         * 0.85x at 17-20, 0.93x at 29). LDTILECFG rejects 0 rows with 64-byte rows, so the second    \
+         * tile's registers, unused below 17 tokens, get the first tile's rows. */                      \
         const uint8_t rows0 = (uint8_t)(n < 16 ? n : 16), rows1 = (uint8_t)(n > 16 && n < 32 ? n - 16 : rows0); \
         const uint8_t tile_rows[8] = {rows0, rows0, rows1, rows1, rows0, rows1, 16, 16};               \
         static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};                        \
