@@ -154,7 +154,8 @@ static float hymt_row_dot_f32_stq1_0(const uint8_t *row, const float *x, int64_t
 
 /* The table-lookup kernel (below) runs on AMD cores only: measured on Zen 4, where a 512-bit vpdpbusd
  * issues once per cycle and a word permute as often; Intel cores issue two vpdpbusd per cycle (128
- * multiply-adds, what one lookup does at best) and there the vpdpbusd tiles stay (AMX from 8 tokens).
+ * multiply-adds, what one lookup does at best) and there the vpdpbusd tiles stay (AMX from
+ * STQ1_AMX_MIN tokens; session 16 measured the lookup from 4 tokens there at 1.4-1.6x their time).
  * In calls that kernel takes, each token's activations also carry
  * its lookup tables: [nb] hymt_q8g groups, then STQ1_LUT_BYTES per block, the whole padded to a multiple
  * of sizeof(hymt_q8g) because the other kernels step between tokens in whole groups. */
