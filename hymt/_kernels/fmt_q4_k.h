@@ -863,8 +863,8 @@ static void hymt_gemm_q4_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  *       int16 pairs (m(2i), m(2i+1)) · (bsum_2i, bsum_2i+1).
  * Each 16-row tile of a block is decoded once (hymt_q4_k_amx_tile) and serves every token of the pass.
  * Tokens go in tiles of 16, activations tile-loaded straight from the prepared buffer (act_stride apart);
- * the last n % 16 tokens are copied once per call into a zero-padded buffer (nothing is read past n); a
- * call of fewer than 16 tokens instead configures the activation and sum tiles with n rows. Two
+ * from 32 tokens on the last n % 16 tokens are copied once per call into a zero-padded buffer (nothing
+ * is read past n); a smaller call's token tiles have only their live rows (hymt_amx_configure_tokens). Two
  * pairs of accumulator tiles alternate so that the tile products of token tile k + 1 can run while the
  * vector units finish token tile k. Below HYMT_Q4_K_AMX_MIN tokens the per-block decode (a 16-row
  * transpose and the scaled copies) costs more than the tiles save: on the 1.8B shapes at 2 threads from
@@ -950,17 +950,12 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_q4_k_amx_decode(const uint8_t *blk0, size_
 HYMT_TARGET_AMX static void hymt_gemm_q4_k_amx(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                const uint8_t *act, size_t act_stride, int64_t n, int64_t cols,
                                                float *y, int64_t y_stride) {
-    /* Below 16 tokens the activation and sum tiles have n rows and the activations load in place (no
-     * zero-padded copy): fewer A rows make a product cheaper, and the C stores move n rows, not 16. */
-    const uint8_t a_rows = (uint8_t)(n < 16 ? n : 16);
-    const uint8_t tile_rows[8] = {a_rows, a_rows, a_rows, a_rows, a_rows, a_rows, 16, 16};
-    static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
     const int64_t nb = cols / 256;
     hymt_q4_k_amx_tile tl __attribute__((aligned(64)));
     int32_t c[2][2][16][16] __attribute__((aligned(64))); /* C0, C1 read back: [pair][C][token][row] */
     float acc[HYMT_Q4_K_AMX_PASS][16] __attribute__((aligned(64))); /* [token of the pass][row of the tile] */
     /* tail: [nb][16][256] the activations of the last n % 16 tokens, zero-padded to a whole token tile */
-    const int tail_tokens = n < 16 ? 0 : (int)(n % 16);
+    const int tail_tokens = (int)(n - hymt_amx_tokens_in_place(n));
     int8_t *tail = NULL;
     if (tail_tokens > 0) {
         if ((tail = (int8_t *)aligned_alloc(64, (size_t)nb * 16 * 256)) == NULL) {
@@ -973,7 +968,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q4_k_amx(const uint8_t *w, size_t row_byte
                 memcpy(tail + ((size_t)b * 16 + i) * 256,
                        ((const hymt_k8 *)(act + (size_t)(n - tail_tokens + i) * act_stride) + b)->qs, 256);
     }
-    hymt_amx_configure(tile_rows, tile_colsb);
+    hymt_amx_configure_tokens(n);
     for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q4_K_AMX_PASS) {
         const int np = n - t0 < HYMT_Q4_K_AMX_PASS ? (int)(n - t0) : HYMT_Q4_K_AMX_PASS;
         const int ntt = (np + 15) / 16;
@@ -995,7 +990,7 @@ HYMT_TARGET_AMX static void hymt_gemm_q4_k_amx(const uint8_t *w, size_t row_byte
                     /* products of token tile k, the vector steps of token tile k − 1 (read back before), then
                      * the store of k: the tile unit and the vector units work side by side */
                     if (k < ntt) {
-                        const int whole = 16 * k + 16 <= np || n < 16;
+                        const int whole = tail_tokens == 0 || 16 * k + 16 <= np;
                         const uint8_t *at = whole ? a0 + (size_t)(16 * k) * act_stride
                                                   : (const uint8_t *)tail + (size_t)b * 16 * 256;
                         const size_t stride = whole ? act_stride : 256;

@@ -9,9 +9,8 @@
  *
  * Tile products C[16 tokens][16 rows] += A[16 tokens][64 k] · B[16][16 rows × 4 k] (tdpbssd, s8 × s8):
  * the A tile of plane p is act.qs[64p .. 64p + 64) of 16 tokens, read in place (tokens act_stride
- * apart; the last partial token tile from a zero-padded copy, so tile loads stay in bounds; a call of
- * fewer than 32 tokens configures its token tiles' A and C with their live rows instead and needs no
- * copy), and the
+ * apart; from 32 tokens on the last partial token tile from a zero-padded copy, so tile loads stay in
+ * bounds; a smaller call's token tiles have only their live rows, hymt_amx_configure_tokens), and the
  * format's DECODE writes, for 16 weight rows and one group, the 4 plane B tiles in VNNI order (row j,
  * dword i = the units of weight row i that multiply qs[64p + 4j .. 64p + 4j + 3]). 4 products per
  * group. Tiles: C 0..3 = [token tile u][row half h] at 2u + h, A 4 + u, B 6 + h (2 × 2 blocking: one
@@ -102,17 +101,8 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
     HYMT_TARGET_AMX static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,        \
                                      const uint8_t *act, size_t act_stride, int64_t n, int64_t cols, float *y, \
                                      int64_t y_stride) {                                                \
-        /* Below 32 tokens (one pair of token tiles) each token tile's A and C tiles have as many rows  \
-         * as it has tokens and A loads the activations in place: a tile product costs less with fewer \
-         * A rows, the C stores and A loads move only live rows, and no zero-padded copy is made       \
-         * (STQ1_0, 2 threads, from DRAM, against 16-row tiles: 0.79-0.84x the time at n = 2..8,        \
-         * 0.85x at 17-20, 0.93x at 29). LDTILECFG rejects 0 rows with 64-byte rows, so the second    \
-         * tile's registers, unused below 17 tokens, get the first tile's rows. */                      \
-        const uint8_t rows0 = (uint8_t)(n < 16 ? n : 16), rows1 = (uint8_t)(n > 16 && n < 32 ? n - 16 : rows0); \
-        const uint8_t tile_rows[8] = {rows0, rows0, rows1, rows1, rows0, rows1, 16, 16};               \
-        static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};                        \
-        /* tokens read in place (all n of them below 32) and in the zero-padded last tile */           \
-        int64_t ng = cols / HYMT_Q8G_SIZE, full = n < 32 ? n : n / 16 * 16, m = n - full;              \
+        /* tokens read in place and in the zero-padded last tile (amx.h) */                            \
+        int64_t ng = cols / HYMT_Q8G_SIZE, full = hymt_amx_tokens_in_place(n), m = n - full;            \
         int64_t pairs = (n + 31) / 32, steps = ng * pairs; /* token-tile pairs per group; all steps */  \
         size_t ts = act_stride / sizeof(hymt_q8g);         /* groups between tokens */                   \
         const hymt_q8g *groups = (const hymt_q8g *)act;                                                 \
@@ -141,7 +131,7 @@ HYMT_TARGET_AMX HYMT_INLINE void hymt_lowbit_amx_store(int32_t (*ct)[16][16], co
         HYMT_ALIGNED64 int8_t bt[2][2][4][16][64]; /* [group & 1][row half][plane] B tiles */           \
         HYMT_ALIGNED64 int32_t ct[2][4][16][16];   /* [step & 1][2u + h][token][row] group sums */      \
         __m512 dv[2][2];                           /* [group & 1][row half] weight scales */            \
-        hymt_amx_configure(tile_rows, tile_colsb);                                                      \
+        hymt_amx_configure_tokens(n);                                                                   \
         for (int64_t r = r0; r < r1; r += 32) {                                                         \
             int rows = (int)(r1 - r < 32 ? r1 - r : 32), H = rows > 16 ? 2 : 1;                         \
             int half_rows[2] = {rows < 16 ? rows : 16, rows - 16};                                      \
