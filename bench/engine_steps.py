@@ -105,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="GGUF path or synthetic:<preset>:<format>")
     parser.add_argument("--gguf-profile", default="auto")
+    parser.add_argument(
+        "--learned-vocab",
+        type=Path,
+        metavar="GGUF",
+        help="build the synthetic model's tokenizer on this real vocabulary (as serve_load.py does)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent streams per level (default: 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")
@@ -116,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("rounds and levels must be positive")
 
     started_on = machine()
-    path, profile = resolve_model(args.model, args.gguf_profile)
+    path, profile = resolve_model(args.model, args.gguf_profile, args.learned_vocab)
     timed = TimedModel(load(str(path), profile, threads=args.threads))
     engine = Engine(timed, max_concurrent=max(levels), queue_capacity=max(levels), context=CONTEXT)
     try:
@@ -133,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "machine": started_on,
         "model": str(path),
+        "learned_vocab": None if args.learned_vocab is None else str(args.learned_vocab),
         "threads": args.threads,
         "max_tokens": args.max_tokens,
         "requests_per_client": args.requests,

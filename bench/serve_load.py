@@ -96,6 +96,7 @@ REQUEST_TIMEOUT_S = 600.0
 class RequestResult:
     ttft_ms: float | None = None
     tokens: int = 0  # generated tokens (server usage when reported, else content chunks)
+    prompt_tokens: int | None = None  # the prompt's tokens, as the server's usage reports them
     stream_ms: float = 0.0  # first content delta → last delta
     error: str | None = None
 
@@ -300,6 +301,7 @@ def stream_chat(target: Target, prompt: str, max_tokens: int) -> RequestResult:
             chunk = json.loads(data)
             if chunk.get("usage"):
                 usage_tokens = chunk["usage"]["completion_tokens"]
+                result.prompt_tokens = chunk["usage"].get("prompt_tokens")
             for choice in chunk.get("choices", []):
                 if choice.get("delta", {}).get("content"):
                     now = time.perf_counter()
@@ -368,6 +370,7 @@ def run_level(
         server_ms = (server_end - server_cpu) * 1000.0 / tokens
     ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
     per_stream = [(r.tokens - 1) * 1000.0 / r.stream_ms for r in good if r.tokens > 1 and r.stream_ms > 0]
+    prompt_tokens = [r.prompt_tokens for r in good if r.prompt_tokens is not None]
     return {
         "streams": streams,
         "requests": len(results),
@@ -377,6 +380,7 @@ def run_level(
         "aggregate_tokens_per_second": tokens / wall_s,
         "mean_ttft_ms": statistics.fmean(ttfts) if ttfts else None,
         "per_stream_tokens_per_second": statistics.fmean(per_stream) if per_stream else None,
+        "mean_prompt_tokens": statistics.fmean(prompt_tokens) if prompt_tokens else None,
         "server_cpu_ms_per_token": server_ms,
         "client_cpu_ms_per_token": client_cpu * 1000.0 / tokens if tokens else None,
         "load_average_at_start": load_average,
@@ -472,6 +476,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF path or synthetic:<preset>:<format> (ignored with --url)")
     parser.add_argument("--gguf-profile", default="auto")
+    parser.add_argument(
+        "--learned-vocab",
+        type=Path,
+        metavar="GGUF",
+        help="build the synthetic model's tokenizer on this real vocabulary (e.g. the shared fixture "
+        "hy-mt2-7b-vocab.gguf), so prompts have the real model's token counts",
+    )
     parser.add_argument("--url", help="benchmark a running hymt-serve instead of starting one")
     parser.add_argument("--model-id", default="hy-mt2", help="model id for --url (default: hy-mt2)")
     parser.add_argument("--threads", type=int, default=2)
@@ -509,8 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         if not args.model:
             parser.error("--model or --url is required")
-        path, profile = resolve_model(args.model, args.gguf_profile)
+        path, profile = resolve_model(args.model, args.gguf_profile, args.learned_vocab)
         report["model"] = str(path)
+        report["learned_vocab"] = None if args.learned_vocab is None else str(args.learned_vocab)
         target = start_hymt(path, profile, args.threads, max(levels), args.log, args.prompt_cache)
         report["prompt_cache"] = args.prompt_cache
         try:

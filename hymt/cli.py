@@ -51,11 +51,14 @@ def data_dir() -> Path:
     return Path(os.environ.get("HYMT_DATA_DIR") or "data").expanduser()
 
 
-def resolve_model(spec: str | None, profile: str = "auto") -> tuple[Path, str]:
+def resolve_model(
+    spec: str | None, profile: str = "auto", learned_vocab: str | Path | None = None
+) -> tuple[Path, str]:
     """Path of the model a program should load, and the GGUF profile to load it with.
 
     ``None`` ensures the default model (verify or download); ``synthetic:<preset>:<format>`` writes the
-    synthetic model once into the data directory and reuses it.
+    synthetic model once into the data directory and reuses it (with ``learned_vocab``, one whose
+    tokenizer learns from that real vocabulary: hymt.synthetic.build_vocabulary).
     """
     if spec is None:
         from hymt.download import ensure_default_model
@@ -67,10 +70,12 @@ def resolve_model(spec: str | None, profile: str = "auto") -> tuple[Path, str]:
         parts = spec[len(SYNTHETIC_PREFIX) :].split(":")
         if len(parts) != 2 or not all(parts):
             raise HymtError(f"invalid synthetic model {spec!r}; expected synthetic:<preset>:<format>")
-        path = Path(ensure_synthetic_model(parts[0], parts[1], data_dir()))
+        path = Path(ensure_synthetic_model(parts[0], parts[1], data_dir(), learned_vocab=learned_vocab))
         if profile == "auto":
             profile = SYNTHETIC_PROFILES.get(parts[1], "auto")
         return path, profile
+    if learned_vocab is not None:
+        raise HymtError("a learned vocabulary applies to synthetic models only")
     return Path(spec).expanduser(), profile  # `--model=~/m.gguf` is not expanded by the shell
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from hymt.errors import HymtError
-from hymt.gguf import GGUFValueType, GGUFWriter
+from hymt.gguf import GGUFFile, GGUFValueType, GGUFWriter, file_sha256
 from hymt.quantize import pack_q4_k_scales, quantize
 
 # ---------------------------------------------------------------------------------------------------------
@@ -350,8 +350,37 @@ def _random_merges(count: int, reserved: set[str], seed: int) -> list[str]:
     return merges
 
 
-def build_vocabulary(preset: Preset) -> Vocabulary:
-    """Byte tokens, random merges, then the family's added tokens (at their official ids for real shapes)."""
+def real_learned_tokens(source: str | Path, count: int) -> tuple[list[str], list[str]]:
+    """The first ``count`` tokens of the byte-level BPE vocabulary in GGUF ``source`` (vocab-only or a
+    model) and, in rank order, the merges that stay inside them.
+
+    Random merges split text into about 2.5× the tokens a learned BPE does ("Translate the following text
+    into Chinese:" is 25 tokens against 7), so a synthetic model built on them sees prompts far longer than
+    the real model's; a model built on these tokenizes like the real one (and encodes the same ids).
+    """
+    with GGUFFile(source) as vocab_file:
+        meta = vocab_file.metadata
+        tokens = [str(t) for t in meta.get("tokenizer.ggml.tokens", [])]
+        types = [int(t) for t in meta.get("tokenizer.ggml.token_type", [])]
+        merges = [str(m) for m in meta.get("tokenizer.ggml.merges", [])]
+    learned = tokens[:count]
+    if len(learned) < count or any(t != TOKEN_NORMAL for t in types[:count]):
+        raise HymtError(f"{source} has fewer than {count} learned (normal) tokens before its added ones")
+    kept = set(learned)
+    inside = []
+    for merge in merges:
+        left, _, right = merge.partition(" ")
+        if left in kept and right in kept and left + right in kept:
+            inside.append(merge)
+    return learned, inside
+
+
+def build_vocabulary(preset: Preset, learned_from: str | Path | None = None) -> Vocabulary:
+    """Byte tokens, random merges, then the family's added tokens (at their official ids for real shapes).
+
+    ``learned_from``: a real byte-level BPE vocabulary (GGUF) whose first tokens and their merges replace
+    the byte tokens and random merges (real_learned_tokens); the added tokens and template stay the preset's.
+    """
     if preset.vocabulary == "hy-7b":
         added = ["<|endoftext|>", "<|startoftext|>", "<|bos|>", "<|eos|>", "<|pad|>"]
         added += [f"<|extra_{k}|>" for k in range(preset.vocab_size - 127957 - len(added))]
@@ -364,8 +393,14 @@ def build_vocabulary(preset: Preset) -> Vocabulary:
             specials = [(t, s) for t, s in specials if t in _TINY_ADDED]
         pre, template = "hunyuan-dense", HY_18B_TEMPLATE
     learned = preset.vocab_size - len(specials)
-    merges = _random_merges(learned - 256, {t for t, _ in specials}, seed=learned)
-    tokens = byte_to_unicode() + [m.replace(" ", "") for m in merges] + [t for t, _ in specials]
+    if learned_from is None:
+        merges = _random_merges(learned - 256, {t for t, _ in specials}, seed=learned)
+        tokens = byte_to_unicode() + [m.replace(" ", "") for m in merges] + [t for t, _ in specials]
+    else:
+        learned_tokens, merges = real_learned_tokens(learned_from, learned)
+        tokens = learned_tokens + [t for t, _ in specials]
+        if len(set(tokens)) != len(tokens):
+            raise HymtError(f"{learned_from}: a learned token repeats one of the preset's added tokens")
     token_types = [TOKEN_NORMAL] * learned + [TOKEN_CONTROL if s else TOKEN_USER_DEFINED for _, s in specials]
     index = {t: i for i, t in enumerate(tokens)}
     if preset.vocabulary == "hy-7b":
@@ -576,11 +611,14 @@ def _check(preset: str, fmt: str) -> Preset:
     return chosen
 
 
-def write_synthetic_model(path: str | Path, preset: str, fmt: str, seed: int = 0) -> Path:
-    """Write a seeded random model of ``preset`` shape in ``fmt`` (atomically) and return its path."""
+def write_synthetic_model(
+    path: str | Path, preset: str, fmt: str, seed: int = 0, learned_vocab: str | Path | None = None
+) -> Path:
+    """Write a seeded random model of ``preset`` shape in ``fmt`` (atomically) and return its path;
+    ``learned_vocab``: the real BPE vocabulary its tokenizer learns from (build_vocabulary)."""
     p = _check(preset, fmt)
     arch = p.architecture
-    vocab = build_vocabulary(p)
+    vocab = build_vocabulary(p, learned_vocab)
     writer = GGUFWriter(Path(path), alignment=32)
     writer.add_string("general.architecture", arch)
     writer.add_string("general.type", "model")
@@ -629,17 +667,26 @@ def _lazy(fn: Callable[..., np.ndarray], *args: object) -> Callable[[], np.ndarr
     return lambda: fn(*args)
 
 
-def synthetic_path(preset: str, fmt: str, data_dir: str | Path, seed: int = 0) -> Path:
-    return Path(data_dir) / "synthetic" / f"{preset}-{fmt}-s{seed}-v{GENERATOR_VERSION}.gguf"
+def synthetic_path(
+    preset: str, fmt: str, data_dir: str | Path, seed: int = 0, learned_vocab: str | Path | None = None
+) -> Path:
+    """Where the cache keeps a synthetic model; one built on a real vocabulary is named by that file's
+    SHA-256, so another vocabulary (or an edited file) is another model."""
+    vocab = "" if learned_vocab is None else f"-vocab{file_sha256(learned_vocab)[:12]}"
+    return Path(data_dir) / "synthetic" / f"{preset}-{fmt}-s{seed}-v{GENERATOR_VERSION}{vocab}.gguf"
 
 
-def ensure_synthetic_model(preset: str, fmt: str, data_dir: str | Path, seed: int = 0) -> Path:
+def ensure_synthetic_model(
+    preset: str, fmt: str, data_dir: str | Path, seed: int = 0, learned_vocab: str | Path | None = None
+) -> Path:
     """The cached synthetic model under ``<data_dir>/synthetic/``, written first if absent."""
     _check(preset, fmt)
-    path = synthetic_path(preset, fmt, data_dir, seed)
+    if learned_vocab is not None and not Path(learned_vocab).is_file():
+        raise HymtError(f"vocabulary file not found: {learned_vocab}")
+    path = synthetic_path(preset, fmt, data_dir, seed, learned_vocab)
     if not path.exists():
         print(f"Writing synthetic model {path} (once; later runs reuse it)...", file=sys.stderr, flush=True)
-        write_synthetic_model(path, preset, fmt, seed)
+        write_synthetic_model(path, preset, fmt, seed, learned_vocab)
     return path
 
 
@@ -653,9 +700,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="PATH")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--learned-vocab",
+        type=Path,
+        metavar="GGUF",
+        help="take the learned BPE tokens and merges from this real vocabulary (vocab-only or model GGUF), "
+        "so text tokenizes as with the real model",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    path = write_synthetic_model(args.output, args.preset, args.fmt, args.seed)
+    path = write_synthetic_model(args.output, args.preset, args.fmt, args.seed, args.learned_vocab)
     seconds = time.perf_counter() - start
     print(f"wrote {path} ({path.stat().st_size} bytes) in {seconds:.1f} s", file=sys.stderr)
     return 0

@@ -433,6 +433,76 @@ def test_7b_vocabulary_matches_the_official_added_tokens():
     assert vocab.pre == "hunyuan"
 
 
+def _vocab_only_tokenizer(tmp_path, vocab):
+    from hymt.gguf import GGUFWriter
+    from hymt.tokenizer import Tokenizer
+
+    writer = GGUFWriter(tmp_path / "vocab.gguf", alignment=32)
+    writer.add_string("general.architecture", "hunyuan-dense")
+    add_vocabulary(writer, vocab)
+    return Tokenizer.from_gguf(writer.write())
+
+
+def test_vocabulary_learned_from_the_real_bpe_tokenizes_like_the_official_tokenizers(tmp_path):
+    """The 1.8B shape on the real Hy-MT2 BPE (the 7B vocabulary's first 120000 tokens) keeps the 1.8B's
+    added tokens at their official ids and splits text as the official tokenizers do."""
+    from hymt.gguf import GGUFFile
+
+    source = shared_file("fixtures", "hy-mt2-7b-vocab.gguf")
+    cases = json.loads(shared_file("fixtures", "tokenizers.json").read_text(encoding="utf-8"))
+    config = json.loads(
+        shared_file("fixtures", "hy-mt2-1.8b-tokenizer_config.json").read_text(encoding="utf-8")
+    )
+    vocab = build_vocabulary(PRESETS["1.8b"], learned_from=source)
+    with GGUFFile(source) as official:
+        real_tokens = official.metadata["tokenizer.ggml.tokens"]
+    assert len(vocab.tokens) == len(vocab.token_types) == 120818
+    assert vocab.tokens[:120000] == list(real_tokens[:120000])
+    assert all(t == 1 for t in vocab.token_types[:120000])
+    for token_id, entry in config["added_tokens_decoder"].items():
+        assert vocab.tokens[int(token_id)] == entry["content"]
+    assert vocab.template == HY_18B_TEMPLATE and vocab.pre == "hunyuan-dense"
+    tokenizer = _vocab_only_tokenizer(tmp_path, vocab)
+    for case_18b in cases["1.8b"]["cases"]:
+        ids = tokenizer.encode(case_18b["rendered"])
+        # as many tokens as the official 1.8B tokenizer makes, within the 7B BPE's differences on CJK text
+        assert abs(len(ids) - len(case_18b["tokens"])) <= 0.1 * len(case_18b["tokens"]), case_18b["rendered"]
+    # English text: the 7B's official ids between the 1.8B's official BOS / User / Assistant ids
+    first_18b, first_7b = cases["1.8b"]["cases"][0]["tokens"], cases["7b"]["cases"][0]["tokens"]
+    assert (
+        tokenizer.encode(cases["1.8b"]["cases"][0]["rendered"])
+        == first_18b[:2] + first_7b[1:-1] + first_18b[-1:]
+    )
+
+
+def test_learned_vocabulary_errors(tmp_path):
+    small = write_synthetic_model(tmp_path / "tiny.gguf", "tiny", "f32")  # 512 tokens, 13 of them added
+    with pytest.raises(HymtError, match="fewer than 120000 learned"):
+        build_vocabulary(PRESETS["1.8b"], learned_from=small)
+    with pytest.raises(HymtError, match="vocabulary file not found"):
+        ensure_synthetic_model("tiny", "f32", tmp_path, learned_vocab=tmp_path / "missing.gguf")
+    from hymt.cli import resolve_model
+
+    with pytest.raises(HymtError, match="synthetic models only"):
+        resolve_model(str(small), "auto", learned_vocab=small)
+
+
+def test_synthetic_model_on_a_learned_vocabulary_is_cached_apart(tmp_path):
+    from hymt.model import load
+
+    source = shared_file("fixtures", "hy-mt2-7b-vocab.gguf")
+    plain = ensure_synthetic_model("tiny", "q8_0", tmp_path)
+    learned = ensure_synthetic_model("tiny", "q8_0", tmp_path, learned_vocab=source)
+    assert learned.parent == plain.parent and learned != plain
+    assert learned.name.startswith(f"tiny-q8_0-s0-v{GENERATOR_VERSION}-vocab")
+    assert ensure_synthetic_model("tiny", "q8_0", tmp_path, learned_vocab=source) == learned
+    model = load(str(learned), threads=1)
+    # " the" is one learned token of the real BPE (id 279, a byte pair merge among the first 512)
+    assert model.tokenizer.encode(" the") == [279]
+    session = model.new_session(64)
+    assert np.isfinite(model.forward(session, model.tokenizer.encode("Translate the text."))).all()
+
+
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe", "30b-a3b"])
 def test_vocabulary_is_a_consistent_byte_bpe(preset):
     vocab = build_vocabulary(PRESETS[preset])
