@@ -133,35 +133,65 @@ class Sampler:
             self._seen.update(new)
             self._seen_ids = np.concatenate([self._seen_ids, np.asarray(new, dtype=np.int64)])
 
-    def _penalized(self, logits: np.ndarray) -> np.ndarray:
-        """Steps 1–2: checks and the repetition penalty (once per distinct seen token)."""
+    def _checked(self, logits: np.ndarray) -> tuple[np.ndarray, int]:
+        """Step 1, and the argmax of the unpenalized logits (the lowest id of the maximum). Two reductions
+        and no temporary array: argmax stops on a NaN (numpy ranks it highest), so the value it finds is
+        NaN or +inf when any logit is, and the minimum is −inf when any is."""
         if logits.ndim != 1 or logits.shape[0] != self.vocab_size:
             raise GenerationError("invalid logit count")
         logits = np.asarray(logits, dtype=np.float32)
-        if not np.isfinite(logits).all():
+        best = int(np.argmax(logits))
+        if not (math.isfinite(float(logits[best])) and math.isfinite(float(logits.min()))):
             raise GenerationError("non-finite logits")
-        penalty = self.params.repetition_penalty
-        if penalty == 1 or self._seen_ids.shape[0] == 0:
-            return logits
+        return logits, best
+
+    def _seen_penalized(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step 2 on the seen tokens only: their ids and penalized logits."""
         ids = self._seen_ids[self._seen_ids < self.vocab_size]
-        out = logits.copy()
-        seen_logits = out[ids]
-        factor = np.float32(penalty)
+        seen_logits = logits[ids]
+        factor = np.float32(self.params.repetition_penalty)
         with np.errstate(over="ignore"):
             penalized = np.where(seen_logits < 0, seen_logits * factor, seen_logits / factor)
         if not np.isfinite(penalized).all():
             raise GenerationError("repetition_penalty overflowed the logits")
+        return ids, penalized
+
+    def _penalized(self, logits: np.ndarray) -> np.ndarray:
+        """Steps 1–2: checks and the repetition penalty (once per distinct seen token), on a copy."""
+        logits, _ = self._checked(logits)
+        if self.params.repetition_penalty == 1 or self._seen_ids.shape[0] == 0:
+            return logits
+        ids, penalized = self._seen_penalized(logits)
+        out = logits.copy()
         out[ids] = penalized
         return out
 
+    def _greedy(self, logits: np.ndarray) -> int:
+        """Steps 1–3 at temperature 0 without a penalized copy of the vocabulary, since every decode step of
+        every sequence runs this on the engine thread while the compute threads wait (120818 logits, 60
+        seen: 64 → 40 µs a call). The argmax of the penalized logits is the better of the best unseen
+        logit and the best penalized seen one, the lower id on a tie; when the plain argmax is a seen
+        token, the best unseen one is not known, and the copy decides."""
+        logits, best = self._checked(logits)
+        if self.params.repetition_penalty == 1 or self._seen_ids.shape[0] == 0:
+            return best
+        ids, penalized = self._seen_penalized(logits)
+        if best in self._seen:
+            out = logits.copy()
+            out[ids] = penalized
+            return int(np.argmax(out))
+        top = penalized.max()
+        if top < logits[best]:
+            return best
+        tied_seen = int(ids[penalized == top].min())
+        return tied_seen if top > logits[best] else min(best, tied_seen)
+
     def sample(self, logits: np.ndarray) -> int:
         """Choose the next token from one step's logits (float32, length vocab) and record it as seen."""
-        logits = self._penalized(logits)
-        params = self.params
-        if params.greedy:
-            chosen = int(np.argmax(logits))  # first maximum: the lowest id wins ties
+        if self.params.greedy:
+            chosen = self._greedy(logits)  # first maximum: the lowest id wins ties
         else:
-            chosen = self._draw(logits, self.rng.random())
+            chosen = self._draw(self._penalized(logits), self.rng.random())
         self._add_seen((chosen,))
         return chosen
 

@@ -51,6 +51,8 @@ CASES = [
     # (temperature, top_p, top_k, penalty)
     (0.0, 1.0, -1, 1.0),
     (0.0, 0.6, 20, 1.05),
+    (0.0, 1.0, 0, 0.8),  # a penalty below 1 raises the seen tokens' logits
+    (0.0, 1.0, -1, 1.5),
     (0.7, 0.6, 20, 1.05),
     (0.7, 1.0, -1, 1.0),
     (1.3, 0.9, 0, 1.2),
