@@ -14,6 +14,12 @@ parallel slots: it serves one request at a time, which the report states next to
 
     python bench/serve_load.py --model synthetic:1.8b:q4_k --threads 2 --llama-cpp-server
 
+``--learned-vocab GGUF`` builds a synthetic model's tokenizer on a real BPE vocabulary (the shared fixture
+``hy-mt2-7b-vocab.gguf``), so the prompts have the real model's token counts: the synthetic vocabulary's random
+merges make a one-sentence prompt ~62 tokens where the real Hy-MT2 tokenizer makes ~21 (docs/benchmarks.md).
+
+    python bench/serve_load.py --model synthetic:1.8b:stq1 --learned-vocab ../shared/fixtures/hy-mt2-7b-vocab.gguf
+
 The server runs with as many active slots as the largest level, so no request waits in the queue.
 Requests take the sentences in turn (the same sequence for every server), so a text comes back only
 after len(SENTENCES) = 32 others, more than either server's prompt cache holds (one prompt per slot);

@@ -16,6 +16,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 import hymt.kernels as kernels
 import hymt.quant as quant
+from hymt._kernels import quant as _quant
 from hymt.errors import KernelError
 from hymt.gguf import GGUFFile, GGUFWriter
 
@@ -379,13 +380,15 @@ def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
 
 
 @pytest.mark.skipif("avx512" not in ISAS, reason="the Q4_K register row tiles are an AVX-512 kernel")
-def test_q4_k_register_row_tiles_every_range_layout() -> None:
-    """Q4_K with 3-32 tokens on AVX-512 (16-row tiles, up to 8 tokens a pass over each) equals the
-    scalar reference for every way a range splits into tiles: one partial tile (staged padded), whole tiles
-    (the first read in place, the others staged a slice at a time, one block or several per row) and a
-    partial last tile after whole ones; the fused projections (row ranges of 64) too."""
+@pytest.mark.parametrize("force_amd", [False, True])
+def test_q4_k_register_row_tiles_every_range_layout(force_amd: bool) -> None:
+    """Q4_K with 1-32 tokens on AVX-512 (16-row tiles, up to 8 tokens a pass over each; on AMD cores 1-2
+    tokens take the row-at-a-time GEMV instead) equals the scalar reference for every way a range splits
+    into tiles: one partial tile (staged padded), whole tiles (the first read in place, the others staged a
+    slice at a time, one block or several per row) and a partial last tile after whole ones; the fused
+    projections (row ranges of 64) too."""
     rng = np.random.default_rng(37)
-    previous = kernels.get_num_threads()
+    previous, was_amd = kernels.get_num_threads(), _quant._as_amd(force_amd)
     try:
         kernels.set_num_threads(1)  # one range = the whole matrix
         for cols in (256, 768):
@@ -393,7 +396,7 @@ def test_q4_k_register_row_tiles_every_range_layout() -> None:
                 w = random_weight("Q4_K", rows, cols, rng)
                 x = activations(20, cols, rng)
                 reference = matmul_isa("scalar", w, x)
-                for n in (3, 5, 8, 9, 20):
+                for n in (1, 2, 3, 5, 8, 9, 20):
                     np.testing.assert_array_equal(
                         bits(matmul_isa("avx512", w, x[:n])),
                         bits(reference[:n]),
@@ -412,6 +415,7 @@ def test_q4_k_register_row_tiles_every_range_layout() -> None:
             assert np.allclose(silu, g / (1.0 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
     finally:
         kernels.set_num_threads(previous)
+        _quant._as_amd(was_amd)
 
 
 # ---- float32 path -----------------------------------------------------------------------------------

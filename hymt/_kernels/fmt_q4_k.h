@@ -29,13 +29,14 @@
 #include "amx.h"
 
 #define HYMT_Q4_K_BYTES 144
-/* AVX-512 paths by tokens per call: up to HYMT_Q4_K_GEMV_MAX one row at a time (two sequential weight
- * streams), up to HYMT_Q4_K_ROWPASS_MAX 16-row tiles decoded in registers, up to HYMT_Q4_K_ROWS_MAX
- * tokens at a time (hymt_q4_k_rows_avx512), above that 32-row tiles through an L1 buffer (or AMX tiles from
- * HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads when the register tiles still staged each tile
- * through a copy: they took 1.08x the row-at-a-time kernel's time at 2 tokens, 0.98x at 3, 0.88x at 4
- * (per token a vpdpbusd chain, no horizontal sums), and 0.75x the L1-buffer tiles' at 6-8; with the
- * super panels that replaced the copy they lose at 1-2 tokens still (hymt_q4_k_rows_avx512). */
+/* AVX-512 paths by tokens per call: on AMD cores up to HYMT_Q4_K_GEMV_MAX one row at a time (two sequential
+ * weight streams), up to HYMT_Q4_K_ROWPASS_MAX 16-row tiles decoded in registers, up to HYMT_Q4_K_ROWS_MAX
+ * tokens at a time (hymt_q4_k_rows_avx512; on Intel cores from one token), above that 32-row tiles through
+ * an L1 buffer (or AMX tiles from HYMT_Q4_K_AMX_MIN). Measured from DRAM at 2 threads when the register
+ * tiles still staged each tile through a copy: they took 1.08x the row-at-a-time kernel's time at 2
+ * tokens, 0.98x at 3, 0.88x at 4 (per token a vpdpbusd chain, no horizontal sums), and 0.75x the L1-buffer
+ * tiles' at 6-8; the super panels that replaced the copy lose to the GEMV at 1-2 tokens on Zen 4 but win
+ * on the Intel core of session 17 (hymt_q4_k_uses_gemv). */
 #define HYMT_Q4_K_GEMV_MAX 2
 #define HYMT_Q4_K_ROWS_MAX 8
 /* Up to this many tokens the register tiles run in passes of up to HYMT_Q4_K_ROWS_MAX over each super
@@ -463,6 +464,14 @@ typedef void (*hymt_q4_k_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t r0
                                   size_t act_stride, int64_t nb, float *y, int64_t y_stride);
 static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_gemv_1, hymt_q4_k_gemv_2};
 
+/* Whether an n-token call reads one row at a time (the GEMV above) rather than the super panels below:
+ * AMD cores only. Session 17, Intel (family 6 model 167, AMX), 2 threads, 2 alternations: kernelbench
+ * from DRAM, µs per 1.8B layer, GEMV → panels n = 1 1042 / 1079 → 988 / 1006, n = 2 1225 / 1287 → 1015 /
+ * 1038 (n = 2 had been slower than n = 3, 1102); the Q4_K decode step (synthetic, 2 threads, medians of
+ * 40) 1.8B one sequence 49.1 / 48.4 → 46.5 / 45.1 ms, two 55.4 / 55.1 → 50.3 / 48.9; 7B one 198 / 193 →
+ * 184 / 182 ms, two 236 / 231 → 207 / 199. Zen 4 (session 12, below): the GEMV wins from DRAM. */
+HYMT_INLINE int hymt_q4_k_uses_gemv(int64_t n) { return n <= HYMT_Q4_K_GEMV_MAX && hymt_cpu()->amd; }
+
 /* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWPASS_MAX): tiles of 16 rows, one lane per row, decoded
  * once per block for every token of the call, the code vectors made in registers as they are used (no
  * 4 KiB tile buffer, no horizontal sums). Per block: the 16 row headers (16 bytes each) become four
@@ -487,8 +496,9 @@ static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_
  * threads): 2048×2048 0.54 / 0.62 → 0.75 / 0.87, 2048 rows × 6144 columns 0.56 / 0.62 → 0.84 / 0.94,
  * 65536×2048 0.62 / 0.65 → 0.83 / 0.87; without the software prefetch 0.64–0.80, 1 or 3 blocks ahead
  * within noise of 2, S = 4 (the gate/up product's 64-row calls) 0.67–0.79. The same kernel at one or two
- * tokens beats the row-at-a-time GEMV at one thread (n = 2: 0.75 → 0.91 at 2048×2048) but loses at two
- * threads (n = 1: 0.82 → 0.71–0.75, n = 2: 0.68 → 0.63), so the GEMV keeps n <= 2.
+ * tokens beat the row-at-a-time GEMV at one thread then (n = 2: 0.75 → 0.91 at 2048×2048) but lost at two
+ * threads (n = 1: 0.82 → 0.71–0.75, n = 2: 0.68 → 0.63), so the GEMV kept n <= 2; on the Intel core of
+ * session 17 the panels win at both (hymt_q4_k_uses_gemv), on Zen 4 they lose (below).
  * Zen 4 (session 12, AMD EPYC, 2 cores; one zmm vpdpbusd per cycle, vpdpwssd / vpmulld / vpmaddwd on the
  * same pipes, shuffles and logic on others). Hot (256×2048 in L2, one thread, cycles per 16 rows ×
  * block, best of calls): this kernel T = 1 280, 2 340, 3 415, 4 490, 8 900 (~70–100 per token on ~210
@@ -696,12 +706,12 @@ HYMT_TARGET_AVX512 static void hymt_gemm_q4_k_avx512(const uint8_t *w, size_t ro
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n > HYMT_Q4_K_GEMV_MAX && n <= HYMT_Q4_K_ROWPASS_MAX) {
-        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
+    if (hymt_q4_k_uses_gemv(n)) {
+        hymt_q4_k_gemvs[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
         return;
     }
-    if (n <= HYMT_Q4_K_GEMV_MAX) {
-        hymt_q4_k_gemvs[n - 1](w, row_bytes, r0, r1, act, act_stride, nb, y, y_stride);
+    if (n <= HYMT_Q4_K_ROWPASS_MAX) {
+        hymt_q4_k_rows_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
     hymt_q4_k_tile tl[2] __attribute__((aligned(64)));

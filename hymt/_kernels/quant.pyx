@@ -143,8 +143,9 @@ cdef int _detected_amd = -1
 
 
 def _as_amd(bint amd):
-    """Tests: with True, kernels that run only on AMD cores (the STQ1_0 table lookup) run here too, so
-    any VBMI machine tests them; False restores the detected vendor. Returns the previous value."""
+    """Tests: with True, kernels that run only on AMD cores (the STQ1_0 table lookup, the Q4_K GEMV) run
+    here too, so any VBMI machine tests them; False restores the detected vendor. Returns the previous
+    value."""
     cdef hymt_cpu_features *f = <hymt_cpu_features *>hymt_cpu()
     global _detected_amd
     if _detected_amd < 0:
