@@ -300,9 +300,16 @@ def test_batch_composition_and_threads_do_not_change_results(dtype: str, isa: st
             full = quant.matmul(w, x)
             for t in (0, 1, 7, 18):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[t])), bits(full[t]))
-            # Q4_K on AVX-512: 1-2 tokens read row by row, 3-32 take the register row tiles (up to 8 tokens a
-            # pass), more the L1 tiles; Q6_K: up to 12 in passes of the row-at-a-time GEMV, more the row tiles
-            for subset in ([18, 3, 1, 16, 17], [5, 9], [2, 11, 4, 6], [0, 12, 13, 14, 15, 7, 8, 10], list(range(19))):
+            # Q4_K on AVX-512: 1-2 tokens read row by row on AMD cores, up to 32 take the register row tiles
+            # (up to 8 tokens a pass), more the L1 tiles; Q6_K: up to 4 row by row (on AMD up to 12 in passes),
+            # more the row tiles
+            for subset in (
+                [18, 3, 1, 16, 17],
+                [5, 9],
+                [2, 11, 4, 6],
+                [0, 12, 13, 14, 15, 7, 8, 10],
+                list(range(19)),
+            ):
                 np.testing.assert_array_equal(bits(quant.matmul(w, x[subset])), bits(full[subset]))
             for threads in (1, 4):
                 kernels.set_num_threads(threads)
@@ -470,11 +477,12 @@ def test_head_shaped_q6_k_gemv() -> None:
     assert np.all(np.abs(ours[check] - value) <= 1e-5 * magnitude)
 
 
-def test_q6_k_kernel_thresholds_equal_scalar() -> None:
+@pytest.mark.parametrize("force_amd", [False, True])
+def test_q6_k_kernel_thresholds_equal_scalar(force_amd: bool) -> None:
     """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
-    lane = token from n = 3), in passes of up to 4 tokens over each row up to n = 12, and 16-row tiles (n >= 13,
-    token tiles of 16 and passes of 64 tokens), the AMX tiles
-    (n >= 9) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
+    lane = token from n = 3), on AMD cores in passes of up to 4 tokens over each row up to n = 12, and 16-row
+    tiles (from n = 5 on Intel, n >= 13 on AMD; token tiles of 16 and passes of 64 tokens), the AMX tiles
+    (n >= 13) and the AVX2 8-row tiles, and rows wider than the GEMV's stack table;
     rows = 37 leaves partial row tiles of both widths. Every path gives the scalar reference's bits, also on
     extreme codes and sub-scales with ±127 activations."""
     rng = np.random.default_rng(66)
@@ -485,26 +493,31 @@ def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     extreme[1::3, 192:208] = 0x80  # sub-scales −128
     extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
     w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
-    for n in (1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 16, 17, 64, 65, 81):
-        x = activations(n, cols, rng)
-        x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
-        for weight, inputs in ((w, x), (w_extreme, x_sign)):
-            reference = matmul_isa("scalar", weight, inputs)
+    was_amd = _quant._as_amd(force_amd)
+    try:
+        for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 64, 65, 81):
+            x = activations(n, cols, rng)
+            x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+            for weight, inputs in ((w, x), (w_extreme, x_sign)):
+                reference = matmul_isa("scalar", weight, inputs)
+                for isa in SIMD_ISAS:
+                    for amx in (True, False):
+                        with kernels.use_amx(amx):
+                            ours = matmul_isa(isa, weight, inputs)
+                        np.testing.assert_array_equal(
+                            bits(ours), bits(reference), err_msg=f"{isa}, AMX {amx}, n = {n}"
+                        )
+        value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
+        assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+        # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and on AMD
+        # cores 7 in two passes).
+        wide = random_weight("Q6_K", 16, 257 * 256, rng)
+        for n in (3, 4, 7):
+            x = activations(n, 257 * 256, rng)
+            reference = matmul_isa("scalar", wide, x)
             for isa in SIMD_ISAS:
-                for amx in (True, False):
-                    with kernels.use_amx(amx):
-                        ours = matmul_isa(isa, weight, inputs)
-                    np.testing.assert_array_equal(
-                        bits(ours), bits(reference), err_msg=f"{isa}, AMX {amx}, n = {n}"
-                    )
-    value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
-    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
-    # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and 7 in two passes).
-    wide = random_weight("Q6_K", 16, 257 * 256, rng)
-    for n in (3, 4, 7):
-        x = activations(n, 257 * 256, rng)
-        reference = matmul_isa("scalar", wide, x)
-        for isa in SIMD_ISAS:
-            np.testing.assert_array_equal(
-                bits(matmul_isa(isa, wide, x)), bits(reference), err_msg=f"{isa}, n = {n}"
-            )
+                np.testing.assert_array_equal(
+                    bits(matmul_isa(isa, wide, x)), bits(reference), err_msg=f"{isa}, n = {n}"
+                )
+    finally:
+        _quant._as_amd(was_amd)

@@ -19,8 +19,8 @@
  * same A and runs the same two float operations, so the values cannot depend on n or on the path.
  *
  * Kernels (x86): AVX-512 up to HYMT_Q6_K_GEMV_MAX tokens one row at a time (one sequential weight
- * stream; A summed per group of 8 blocks; from 3 tokens the float step with lane = token), up to
- * HYMT_Q6_K_ROWPASS_MAX in passes of that kernel over each row, from there
+ * stream; A summed per group of 8 blocks; from 3 tokens the float step with lane = token), on AMD cores
+ * up to HYMT_Q6_K_ROWPASS_MAX in passes of that kernel over each row, from there
  * row tiles of 16 rows whose A lands with lane = row, so the float step runs once per 16 rows
  * (hymt_q6_k_rowtiles_avx512), from HYMT_Q6_K_AMX_MIN tokens AMX tiles when present; AVX2 row tiles of
  * 8 rows for every n.
@@ -263,14 +263,17 @@ HYMT_TARGET_AVX512 HYMT_INLINE __m512i hymt_q6_k_rows16(const __m512i p[4], cons
 #define HYMT_Q6_K_GEMV_PF_L1 1024
 #define HYMT_Q6_K_GEMV_PF_L2 6144
 #define HYMT_Q6_K_GEMV_MAX 4
-/* Up to this many tokens the GEMV runs in passes of HYMT_Q6_K_GEMV_MAX over each row (the row in L1 for
- * the later passes); more take the row tiles. Zen 5 (EPYC, family 26, 2 cores, session 15), kernel
+/* On AMD cores, up to this many tokens the GEMV runs in passes of HYMT_Q6_K_GEMV_MAX over each row (the row
+ * in L1 for the later passes); more take the row tiles. Zen 5 (EPYC, family 26, 2 cores, session 15), kernel
  * benchmark from DRAM, 2 threads, 2 alternations, µs per call, row tiles → row passes: layer matrices
  * n = 5 341–358 → 169, 8 379 → 224, 12 408 → 328, 16 405–443 → 404–470, 20 466 → 611, 32 563 → 971;
  * the 120818-row head n = 5 12646–13016 → 5864–5890, 8 14055–14096 → 7184–7319, 12 15191–15403 →
  * 11119–11226, 16 16513–16566 → 15322–15358. The row tiles stall on their 16 strided row streams
  * there (perf: the code loads of the unpack hot); the passes read one sequential stream. On Zen 4
- * (session 14) passes of the head at 5–8 tokens were within noise of the tiles. */
+ * (session 14) passes of the head at 5–8 tokens were within noise of the tiles. On Intel the row tiles
+ * win from 5 tokens (session 17, family 6 model 167, 2 threads from DRAM, 2 alternations, passes →
+ * row tiles: 1.8B layer n = 5 2753–2784 → 2254–2405 µs, 8 3493–3618 → 2750–2756; the head n = 5 12.7–12.8
+ * → 11.5–11.6 ms, 8 15.9–16.1 → 12.5–13.7), so there the GEMV's passes never run (hymt_q6_k_rowpass_max). */
 #define HYMT_Q6_K_ROWPASS_MAX 12
 #define HYMT_Q6_K_GEMV_TOKEN_LANES 3 /* from this many tokens the float step runs with lane = token */
 #define HYMT_Q6_K_GEMV_NB 256 /* blocks of its scale table on the stack (4 KiB, cols <= 65536); more: heap */
@@ -498,11 +501,15 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
     }
 }
 
+/* The most tokens the AVX-512 GEMV takes (in passes over each row): HYMT_Q6_K_ROWPASS_MAX on AMD cores,
+ * one pass (HYMT_Q6_K_GEMV_MAX) elsewhere; more take the row tiles. */
+HYMT_INLINE int64_t hymt_q6_k_rowpass_max(void) { return hymt_cpu()->amd ? HYMT_Q6_K_ROWPASS_MAX : HYMT_Q6_K_GEMV_MAX; }
+
 HYMT_TARGET_AVX512 static void hymt_gemm_q6_k_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                      const uint8_t *act, size_t act_stride, int64_t n,
                                                      int64_t cols, float *y, int64_t y_stride) {
     const int64_t nb = cols / 256;
-    if (n > HYMT_Q6_K_ROWPASS_MAX) {
+    if (n > hymt_q6_k_rowpass_max()) {
         hymt_q6_k_rowtiles_avx512(w, row_bytes, r0, r1, act, act_stride, n, nb, y, y_stride);
         return;
     }
@@ -775,8 +782,11 @@ static void hymt_gemm_q6_k_neon(const uint8_t *w, size_t row_bytes, int64_t r0, 
  * Since the 5-12 token passes of the row-at-a-time GEMV (HYMT_Q6_K_ROWPASS_MAX), which cost a pass per 4
  * tokens, the tiles win from 9 tokens: 1.8B shapes at 2 threads from DRAM (session 16, Intel), µs per
  * call passes → tiles: layer n = 8 496 → 528, 9 607 → 531, 11 666 → 536; the 120818-row head n = 8
- * 15.9 → 17.8 ms, 9 19.8 → 17.8, 11 22.2 → 18.0. */
-#define HYMT_Q6_K_AMX_MIN 9
+ * 15.9 → 17.8 ms, 9 19.8 → 17.8, 11 22.2 → 18.0. Against the vector row tiles, which Intel takes from 5
+ * tokens since session 17 (same setup, 2 alternations, row tiles / AMX tiles): 1.8B layer n = 9 2834–2850
+ * / 3581–3758 µs, 12 3312–3398 / 3637–3743, 16 4038–4134 / 3589–3618, 24 5400–5527 / 3992–4324; the head
+ * n = 9 14.3–14.6 / 16.5–17.6 ms, 12 17.1–17.5 / 16.5–17.5, 16 20.7–20.8 / 17.1–17.7: tiles from 13. */
+#define HYMT_Q6_K_AMX_MIN 13
 /* Tokens per pass over the weights (bounds the float accumulators on the stack: 16 KiB). */
 #define HYMT_Q6_K_AMX_PASS 256
 
