@@ -688,6 +688,76 @@ def test_engine_logs_each_step_at_debug(tiny_model: Any, caplog: pytest.LogCaptu
     assert all(float(s.rsplit("=", 1)[1]) >= 0 for s in steps)
 
 
+class BatchLog:
+    """The model, recording the tokens of each sequence of every forward."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.batches: list[list[int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def forward(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        self.batches.append([len(tokens) for _, tokens in batch])
+        return self._model.forward(batch, *args, **kwargs)
+
+
+def test_engine_prefills_requests_being_prepared_with_the_one_that_started(
+    tiny_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that starts while others are admitted but not started (their prompts still being rendered
+    and tokenized) waits for them: all the prompts go into one forward."""
+    monkeypatch.setattr(hymt.engine, "PREPARE_WAIT_SECONDS", 5.0)  # ends as soon as they start
+    log = BatchLog(tiny_model)
+    engine = Engine(log, max_concurrent=3, queue_capacity=0, context=64, prompt_cache=False)
+    prompts = [[256, 257, 72, 258], [256, 72, 258], [256, 257, 257, 72, 258]]
+    try:
+        tickets = [engine.admit() for _ in prompts]
+        tickets[0].start(request_for(tiny_model, prompts[0], 2))
+        time.sleep(0.05)  # long enough for the engine to have started a forward of its own
+        for ticket, prompt in zip(tickets[1:], prompts[1:], strict=True):
+            ticket.start(request_for(tiny_model, prompt, 2))
+        for ticket in tickets:
+            assert ticket.result().text == "aa"
+            ticket.close()
+    finally:
+        engine.shutdown()
+    assert log.batches[0] == [4, 3, 5]
+
+
+def test_engine_waits_for_clients_answered_together(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a step that finished two requests, a new prompt waits (RETURN_WAIT_SECONDS) for a second one,
+    so both are prefilled in one forward; after a step that finished one, nothing waits."""
+    monkeypatch.setattr(hymt.engine, "RETURN_WAIT_SECONDS", 5.0)  # ends as soon as the second arrives
+    log = BatchLog(tiny_model)
+    engine = Engine(log, max_concurrent=2, queue_capacity=0, context=64, prompt_cache=False)
+    prompt = [256, 257, 72, 258]
+    try:
+        for _ in range(2):  # a lone answer, then a lone request: no 5 s wait
+            started = time.monotonic()
+            with engine.submit(request_for(tiny_model, prompt, 3)) as ticket:
+                ticket.result()
+            assert time.monotonic() - started < 4.0
+        pair = [engine.admit() for _ in range(2)]
+        for ticket in pair:
+            ticket.start(request_for(tiny_model, prompt, 3))
+        for ticket in pair:
+            ticket.result()
+            ticket.close()
+        assert log.batches[-1] == [1, 1]  # both finished in the same step
+        log.batches.clear()
+        first = engine.submit(request_for(tiny_model, prompt, 3))
+        time.sleep(0.05)
+        second = engine.submit(request_for(tiny_model, [256, 72, 258], 3))
+        for ticket in (first, second):
+            ticket.result()
+            ticket.close()
+        assert log.batches[0] == [4, 3]
+    finally:
+        engine.shutdown()
+
+
 def test_engine_admission_and_fifo(tiny_model: Any) -> None:
     slow = SlowModel(tiny_model, 0.01)
     engine = Engine(slow, max_concurrent=1, queue_capacity=2, context=512)
