@@ -6,7 +6,8 @@ and one decode token of every running request, so the weights stream from memory
 them. The compute thread samples, assembles text and pushes events into each request's own queue; the
 request's thread drains that queue at its own pace, so a slow or stalled client never blocks the engine or
 the other requests. A new request continues from the session of a finished one when their prompts start
-the same way (``hymt.prompt_cache``; same output bits, less prefill).
+the same way (``hymt.prompt_cache``; same output bits, less prefill). A step that starts new prompts waits
+a moment for requests arriving with them (``Engine._gather_prepared``), so a burst is prefilled in one forward.
 
 Permits: ``admit()`` takes one of ``max_concurrent + queue_capacity`` permits without waiting (none left →
 ``QueueFull``). ``Ticket.start(request)`` queues the prepared request for one of ``max_concurrent`` active
