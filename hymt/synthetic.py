@@ -354,7 +354,7 @@ def real_learned_tokens(source: str | Path, count: int) -> tuple[list[str], list
     """The first ``count`` tokens of the byte-level BPE vocabulary in GGUF ``source`` (vocab-only or a
     model) and, in rank order, the merges that stay inside them.
 
-    Random merges split text into about 2.5× the tokens a learned BPE does ("Translate the following text
+    Random merges split text into 2.5–3× the tokens a learned BPE does ("Translate the following text
     into Chinese:" is 25 tokens against 7), so a synthetic model built on them sees prompts far longer than
     the real model's; a model built on these tokenizes like the real one (and encodes the same ids).
     """

@@ -354,9 +354,10 @@ HYMT_INLINE int32_t hymt_k8_bsum_pair(const hymt_k8 *a, int i) {
 }
 
 /* Up to HYMT_Q4_K_GEMV_MAX tokens the AVX-512 kernel on AMD cores (fmt_q4_k.h, hymt_q4_k_uses_gemv) reads
- * the weights one row at a time (one sequential stream, at memory speed) and computes each block's exact integers with one lane per 16 inputs of a
- * sub-block and a horizontal integer sum; above it, it decodes 16-row tiles (row lanes), which costs more
- * per weight byte but less per token. The integers are exact and the float steps identical: the same bits. */
+ * the weights one row at a time (one sequential stream, at memory speed) and computes each block's exact
+ * integers with one lane per 16 inputs of a sub-block and a horizontal integer sum; above it (and on Intel
+ * cores from one token), it decodes 16-row tiles (row lanes), which costs more per weight byte but less per
+ * token. The integers are exact and the float steps identical: the same bits. */
 
 #if defined(HYMT_X86)
 /* Horizontal sums of 16 int32 vectors at once: lane i of the result = Σ of the lanes of v[i] (exact; a
