@@ -509,6 +509,22 @@ def test_q6_k_kernel_thresholds_equal_scalar(force_amd: bool) -> None:
                         )
         value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
         assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+        # 300 rows: the row tiles' super panels (256 rows in lanes of 16 rows, then 32 in lanes of 2, then
+        # a partial tile of 12), one thread so one range holds them all
+        tall = random_weight("Q6_K", 300, cols, rng)
+        previous = kernels.get_num_threads()
+        kernels.set_num_threads(1)
+        try:
+            for n in (5, 13):
+                x = activations(n, cols, rng)
+                reference = matmul_isa("scalar", tall, x)
+                for isa in SIMD_ISAS:
+                    with kernels.use_amx(False):
+                        np.testing.assert_array_equal(
+                            bits(matmul_isa(isa, tall, x)), bits(reference), err_msg=f"{isa}, n = {n}"
+                        )
+        finally:
+            kernels.set_num_threads(previous)
         # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and on AMD
         # cores 7 in two passes).
         wide = random_weight("Q6_K", 16, 257 * 256, rng)

@@ -454,7 +454,15 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rt_pairs(const uint8_t *const rp[1
 }
 
 /* Rows [r0, r1) × n tokens in row tiles of 16 (a partial tile repeats its last row, whose outputs are not
- * stored). Per block step the tile's 16 blocks are unpacked once into u for all tokens of the pass. */
+ * stored). Per block step the tile's 16 blocks are unpacked once into u for all tokens of the pass.
+ * Super panels, as the Q4_K register tiles read them (fmt_q4_k.h): a range of 16·S rows (S up to
+ * HYMT_Q6_K_LANE_ROWS) is read in S passes, lane j of pass i taking row r + jS + i, so each lane streams S
+ * consecutive rows instead of jumping to the next tile after one row (16 strided streams, which the
+ * hardware prefetchers follow badly); the next row of each lane is prefetched into L2. Session 17 (Intel,
+ * 2 threads from DRAM, 2 alternations, consecutive-row tiles → super panels): 1.8B layer n = 5 2273–2402
+ * → 1985–2054 µs, 8 2643–2660 → 2537–2568, 12 3413–3465 → 3325–3388; the head n = 5 10.8–11.1 → 9.5–10.2
+ * ms, 8 14.0–14.5 → 12.0–12.7, 12 17.0–17.5 → 16.6–16.9. */
+#define HYMT_Q6_K_LANE_ROWS 16
 HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                          const uint8_t *act, size_t act_stride, int64_t n, int64_t nb,
                                                          float *y, int64_t y_stride) {
@@ -465,39 +473,49 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
     hymt_q6_k_rowtile u __attribute__((aligned(64)));
     __m512i p[HYMT_Q6_K_RT_TT][8]; /* [token of the tile][row pair] */
     __m512 acc[HYMT_Q6_K_RT_PASS]; /* [token of the pass], lane = row */
-    for (int64_t r = r0; r < r1; r += 16) {
-        const int rows = r1 - r < 16 ? (int)(r1 - r) : 16;
-        const uint8_t *rp[16];
-        for (int i = 0; i < 16; i++) rp[i] = w + (size_t)(r + (i < rows ? i : rows - 1)) * row_bytes;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t left = r1 - r, S = hymt_lane_rows(left, 16, HYMT_Q6_K_LANE_ROWS, 1);
+        const int rows = left < 16 ? (int)left : 16;
+        const size_t ls = (size_t)S * row_bytes;  /* from one lane's row to the next lane's */
+        const size_t ahead = S > 1 ? row_bytes : 16 * row_bytes; /* a lane's next row */
+        const __m512i lanes = hymt_lane_rows_avx512(S);
         const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-        for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q6_K_RT_PASS) {
-            const int np = n - t0 < HYMT_Q6_K_RT_PASS ? (int)(n - t0) : HYMT_Q6_K_RT_PASS;
-            for (int t = 0; t < np; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b = 0; b < nb; b++) {
-                /* the next block of each row into L1, the same block of the next tile into L2 */
-                for (int i = 0; i < 16; i++)
-                    for (int k = 0; k < 256; k += 64) {
-                        __builtin_prefetch(rp[i] + (b + 1) * HYMT_Q6_K_BYTES + k, 0, 3);
-                        __builtin_prefetch(rp[i] + 16 * row_bytes + b * HYMT_Q6_K_BYTES + k, 0, 2);
-                    }
-                uint16_t dh[16]; /* the rows' fp16 d */
-                for (int i = 0; i < 16; i++) dh[i] = hymt_load_u16(rp[i] + b * HYMT_Q6_K_BYTES + 208);
-                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
-                for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
-                    const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
-                    const hymt_kq8 *g0 = (const hymt_kq8 *)(act + (size_t)(t0 + tt) * act_stride) + b;
-                    for (int k = 0; k < 8; k += 2)
-                        hymt_q6_k_rt_pairs(rp, b, s1, s2, &u, k, tt == 0, np > HYMT_Q6_K_RT_TT, g0, act_stride, T, p);
-                    for (int t = 0; t < T; t++) {
-                        const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
-                        const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
-                        const __m512i A = hymt_q6_k_rows16(p[t], p[t] + 4, ie, io);
-                        acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), acc[tt + t]);
+        for (int64_t pass = 0; pass < S; pass++) {
+            const uint8_t *rp[16]; /* lane i's row */
+            for (int i = 0; i < 16; i++)
+                rp[i] = w + (size_t)(r + pass) * row_bytes + (size_t)(i < rows ? i : rows - 1) * ls;
+            for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q6_K_RT_PASS) {
+                const int np = n - t0 < HYMT_Q6_K_RT_PASS ? (int)(n - t0) : HYMT_Q6_K_RT_PASS;
+                for (int t = 0; t < np; t++) acc[t] = _mm512_setzero_ps();
+                for (int64_t b = 0; b < nb; b++) {
+                    /* the next block of each row into L1, the same block of the lane's next row into L2 */
+                    for (int i = 0; i < 16; i++)
+                        for (int k = 0; k < 256; k += 64) {
+                            __builtin_prefetch(rp[i] + (b + 1) * HYMT_Q6_K_BYTES + k, 0, 3);
+                            __builtin_prefetch(rp[i] + ahead + b * HYMT_Q6_K_BYTES + k, 0, 2);
+                        }
+                    uint16_t dh[16]; /* the rows' fp16 d */
+                    for (int i = 0; i < 16; i++) dh[i] = hymt_load_u16(rp[i] + b * HYMT_Q6_K_BYTES + 208);
+                    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                    for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
+                        const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
+                        const hymt_kq8 *g0 = (const hymt_kq8 *)(act + (size_t)(t0 + tt) * act_stride) + b;
+                        for (int k = 0; k < 8; k += 2)
+                            hymt_q6_k_rt_pairs(rp, b, s1, s2, &u, k, tt == 0, np > HYMT_Q6_K_RT_TT, g0, act_stride, T,
+                                               p);
+                        for (int t = 0; t < T; t++) {
+                            const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
+                            const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
+                            const __m512i A = hymt_q6_k_rows16(p[t], p[t] + 4, ie, io);
+                            acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), acc[tt + t]);
+                        }
                     }
                 }
+                for (int t = 0; t < np; t++)
+                    hymt_store_lane_rows_avx512(y + (t0 + t) * y_stride + r + pass, S, lanes, keep, acc[t]);
             }
-            for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r, keep, acc[t]);
         }
+        r += S > 1 ? 16 * S : rows;
     }
 }
 
