@@ -34,7 +34,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from serve_load import PROMPT, machine, prompt_for, run_clients, run_rounds  # noqa: E402
+from serve_load import (  # noqa: E402
+    PROMPT,
+    add_learned_vocab_argument,
+    machine,
+    prompt_for,
+    run_clients,
+    run_rounds,
+)
 
 from hymt.bench import bench_sampling, prompt_ids  # noqa: E402
 from hymt.cli import resolve_model  # noqa: E402
@@ -105,12 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="GGUF path or synthetic:<preset>:<format>")
     parser.add_argument("--gguf-profile", default="auto")
-    parser.add_argument(
-        "--learned-vocab",
-        type=Path,
-        metavar="GGUF",
-        help="build the synthetic model's tokenizer on this real vocabulary (as serve_load.py does)",
-    )
+    add_learned_vocab_argument(parser)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent streams per level (default: 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client per level (default: 2)")

@@ -478,10 +478,8 @@ def machine() -> dict[str, Any]:
     return {"cpu": model, "cpus": os.cpu_count(), "load_average": list(os.getloadavg())}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="GGUF path or synthetic:<preset>:<format> (ignored with --url)")
-    parser.add_argument("--gguf-profile", default="auto")
+def add_learned_vocab_argument(parser: argparse.ArgumentParser) -> None:
+    """--learned-vocab, shared with engine_steps.py."""
     parser.add_argument(
         "--learned-vocab",
         type=Path,
@@ -489,6 +487,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="build the synthetic model's tokenizer on this real vocabulary (e.g. the shared fixture "
         "hy-mt2-7b-vocab.gguf), so prompts have the real model's token counts",
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="GGUF path or synthetic:<preset>:<format> (ignored with --url)")
+    parser.add_argument("--gguf-profile", default="auto")
+    add_learned_vocab_argument(parser)
     parser.add_argument("--url", help="benchmark a running hymt-serve instead of starting one")
     parser.add_argument("--model-id", default="hy-mt2", help="model id for --url (default: hy-mt2)")
     parser.add_argument("--threads", type=int, default=2)

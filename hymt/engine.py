@@ -7,7 +7,7 @@ them. The compute thread samples, assembles text and pushes events into each req
 request's thread drains that queue at its own pace, so a slow or stalled client never blocks the engine or
 the other requests. A new request continues from the session of a finished one when their prompts start
 the same way (``hymt.prompt_cache``; same output bits, less prefill). A step that starts new prompts waits
-a moment for requests arriving with them (``Engine._gather_prepared``), so a burst is prefilled in one forward.
+a moment for requests arriving with them (``Engine._gather_new_prompts``), so a burst is prefilled in one forward.
 
 Permits: ``admit()`` takes one of ``max_concurrent + queue_capacity`` permits without waiting (none left →
 ``QueueFull``). ``Ticket.start(request)`` queues the prepared request for one of ``max_concurrent`` active
@@ -276,7 +276,7 @@ class Engine:
             ticket._state = _QUEUED
             self._waiting.append(ticket)
             self._promote()
-            self._wake.notify_all()  # one fewer request being prepared (_gather_prepared)
+            self._wake.notify_all()  # one fewer request being prepared (_gather_new_prompts)
 
     def _cancel(self, ticket: Ticket) -> None:
         with self._lock:
@@ -311,7 +311,7 @@ class Engine:
         self._admitted -= 1
         self._tickets.discard(ticket)
         self._promote()
-        self._wake.notify_all()  # it may have been one being prepared (_gather_prepared)
+        self._wake.notify_all()  # it may have been one being prepared (_gather_new_prompts)
 
     def _promote(self) -> None:
         """Move queued tickets into free active slots, oldest first (lock held)."""
@@ -336,7 +336,7 @@ class Engine:
                     if self.prompt_cache is not None:
                         self.prompt_cache.clear()
                     return
-                self._gather_prepared()
+                self._gather_new_prompts()
                 incoming, self._incoming = self._incoming, []
             for ticket in incoming:
                 self._begin(ticket, running)
@@ -358,7 +358,7 @@ class Engine:
                         self._finish(ticket, Event("error", message))
                 running = [t for t in running if t._state == _RUNNING]
 
-    def _gather_prepared(self) -> None:
+    def _gather_new_prompts(self) -> None:
         """Before a step that starts new prompts, wait briefly for more of them (lock held), so that requests
         arriving together are prefilled in one forward rather than one by one, each prompt forward streaming
         all the weights. Clients answered in the same step send their next requests together, a few
@@ -367,8 +367,7 @@ class Engine:
         (admitted, prompts rendered and tokenized on their threads; at most PREPARE_WAIT_SECONDS) and, up to
         RETURN_WAIT_SECONDS after a step that finished several requests, for as many new ones. A lone
         request, or one after a single answer, waits for nothing."""
-        now = time.monotonic()
-        prepared_until = now + PREPARE_WAIT_SECONDS
+        prepared_until = time.monotonic() + PREPARE_WAIT_SECONDS
         while self._incoming and not self._stopping:
             if any(t.request is None for t in self._tickets):
                 until = max(prepared_until, self._returning_until)

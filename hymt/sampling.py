@@ -156,15 +156,19 @@ class Sampler:
             raise GenerationError("repetition_penalty overflowed the logits")
         return ids, penalized
 
+    def _penalizes(self) -> bool:
+        return self.params.repetition_penalty != 1 and self._seen_ids.shape[0] > 0
+
+    @staticmethod
+    def _replaced(logits: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = logits.copy()
+        out[ids] = values
+        return out
+
     def _penalized(self, logits: np.ndarray) -> np.ndarray:
         """Steps 1–2: checks and the repetition penalty (once per distinct seen token), on a copy."""
         logits, _ = self._checked(logits)
-        if self.params.repetition_penalty == 1 or self._seen_ids.shape[0] == 0:
-            return logits
-        ids, penalized = self._seen_penalized(logits)
-        out = logits.copy()
-        out[ids] = penalized
-        return out
+        return self._replaced(logits, *self._seen_penalized(logits)) if self._penalizes() else logits
 
     def _greedy(self, logits: np.ndarray) -> int:
         """Steps 1–3 at temperature 0 without a penalized copy of the vocabulary, since every decode step of
@@ -173,13 +177,11 @@ class Sampler:
         logit and the best penalized seen one, the lower id on a tie; when the plain argmax is a seen
         token, the best unseen one is not known, and the copy decides."""
         logits, best = self._checked(logits)
-        if self.params.repetition_penalty == 1 or self._seen_ids.shape[0] == 0:
+        if not self._penalizes():
             return best
         ids, penalized = self._seen_penalized(logits)
         if best in self._seen:
-            out = logits.copy()
-            out[ids] = penalized
-            return int(np.argmax(out))
+            return int(np.argmax(self._replaced(logits, ids, penalized)))
         top = penalized.max()
         if top < logits[best]:
             return best

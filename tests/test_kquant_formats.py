@@ -7,6 +7,7 @@ numpy products, and the activation quantization of §3.4 written out in numpy he
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,17 @@ SCALE_OFFSETS = {"Q4_K": (0, 2), "Q6_K": (208,)}
 FORMATS = ("Q4_K", "Q6_K")
 ISAS = kernels.supported_isas()
 SIMD_ISAS = [isa for isa in ISAS if isa != "scalar"]
+
+
+@pytest.fixture(params=[False, True], ids=["detected-vendor", "as-amd"])
+def force_amd(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """A test run on this machine's kernel choices and again as on AMD cores, where some small-batch paths
+    differ (the Q4_K GEMV, the Q6_K passes)."""
+    previous = _quant._as_amd(request.param)
+    try:
+        yield request.param
+    finally:
+        _quant._as_amd(previous)
 
 
 @dataclass(frozen=True)
@@ -387,15 +399,15 @@ def test_amx_tiles_keep_batch_and_thread_invariance(dtype: str) -> None:
 
 
 @pytest.mark.skipif("avx512" not in ISAS, reason="the Q4_K register row tiles are an AVX-512 kernel")
-@pytest.mark.parametrize("force_amd", [False, True])
-def test_q4_k_register_row_tiles_every_range_layout(force_amd: bool) -> None:
+@pytest.mark.usefixtures("force_amd")
+def test_q4_k_register_row_tiles_every_range_layout() -> None:
     """Q4_K with 1-32 tokens on AVX-512 (16-row tiles, up to 8 tokens a pass over each; on AMD cores 1-2
     tokens take the row-at-a-time GEMV instead) equals the scalar reference for every way a range splits
     into tiles: one partial tile (staged padded), whole tiles (the first read in place, the others staged a
     slice at a time, one block or several per row) and a partial last tile after whole ones; the fused
     projections (row ranges of 64) too."""
     rng = np.random.default_rng(37)
-    previous, was_amd = kernels.get_num_threads(), _quant._as_amd(force_amd)
+    previous = kernels.get_num_threads()
     try:
         kernels.set_num_threads(1)  # one range = the whole matrix
         for cols in (256, 768):
@@ -422,7 +434,6 @@ def test_q4_k_register_row_tiles_every_range_layout(force_amd: bool) -> None:
             assert np.allclose(silu, g / (1.0 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
     finally:
         kernels.set_num_threads(previous)
-        _quant._as_amd(was_amd)
 
 
 # ---- float32 path -----------------------------------------------------------------------------------
@@ -477,8 +488,8 @@ def test_head_shaped_q6_k_gemv() -> None:
     assert np.all(np.abs(ours[check] - value) <= 1e-5 * magnitude)
 
 
-@pytest.mark.parametrize("force_amd", [False, True])
-def test_q6_k_kernel_thresholds_equal_scalar(force_amd: bool) -> None:
+@pytest.mark.usefixtures("force_amd")
+def test_q6_k_kernel_thresholds_equal_scalar() -> None:
     """Q6_K around every switch of its x86 kernels: the AVX-512 row-at-a-time GEMV (n <= 4; the float step with
     lane = token from n = 3), on AMD cores in passes of up to 4 tokens over each row up to n = 12, and 16-row
     tiles (from n = 5 on Intel, n >= 13 on AMD; token tiles of 16 and passes of 64 tokens), the AMX tiles
@@ -493,47 +504,43 @@ def test_q6_k_kernel_thresholds_equal_scalar(force_amd: bool) -> None:
     extreme[1::3, 192:208] = 0x80  # sub-scales −128
     extreme[:, 208:210] = fp16_bytes(np.full(len(extreme), 0.25))
     w_extreme = PackedMatrix("extreme", "Q6_K", (cols, rows), extreme.reshape(-1))
-    was_amd = _quant._as_amd(force_amd)
-    try:
-        for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 64, 65, 81):
-            x = activations(n, cols, rng)
-            x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
-            for weight, inputs in ((w, x), (w_extreme, x_sign)):
-                reference = matmul_isa("scalar", weight, inputs)
-                for isa in SIMD_ISAS:
-                    for amx in (True, False):
-                        with kernels.use_amx(amx):
-                            ours = matmul_isa(isa, weight, inputs)
-                        np.testing.assert_array_equal(
-                            bits(ours), bits(reference), err_msg=f"{isa}, AMX {amx}, n = {n}"
-                        )
-        value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
-        assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
-        # 300 rows: the row tiles' super panels (256 rows in lanes of 16 rows, then 32 in lanes of 2, then
-        # a partial tile of 12), one thread so one range holds them all
-        tall = random_weight("Q6_K", 300, cols, rng)
-        previous = kernels.get_num_threads()
-        kernels.set_num_threads(1)
-        try:
-            for n in (5, 13):
-                x = activations(n, cols, rng)
-                reference = matmul_isa("scalar", tall, x)
-                for isa in SIMD_ISAS:
-                    with kernels.use_amx(False):
-                        np.testing.assert_array_equal(
-                            bits(matmul_isa(isa, tall, x)), bits(reference), err_msg=f"{isa}, n = {n}"
-                        )
-        finally:
-            kernels.set_num_threads(previous)
-        # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and on AMD
-        # cores 7 in two passes).
-        wide = random_weight("Q6_K", 16, 257 * 256, rng)
-        for n in (3, 4, 7):
-            x = activations(n, 257 * 256, rng)
-            reference = matmul_isa("scalar", wide, x)
+    for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 64, 65, 81):
+        x = activations(n, cols, rng)
+        x_sign = np.where(rng.random((n, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        for weight, inputs in ((w, x), (w_extreme, x_sign)):
+            reference = matmul_isa("scalar", weight, inputs)
             for isa in SIMD_ISAS:
-                np.testing.assert_array_equal(
-                    bits(matmul_isa(isa, wide, x)), bits(reference), err_msg=f"{isa}, n = {n}"
-                )
+                for amx in (True, False):
+                    with kernels.use_amx(amx):
+                        ours = matmul_isa(isa, weight, inputs)
+                    np.testing.assert_array_equal(
+                        bits(ours), bits(reference), err_msg=f"{isa}, AMX {amx}, n = {n}"
+                    )
+    value, magnitude = int8_reference(reference_weights(w_extreme), x_sign)
+    assert np.all(np.abs(reference - value) <= 1e-5 * magnitude)
+    # 300 rows: the row tiles' super panels (256 rows in lanes of 16 rows, then 32 in lanes of 2, then
+    # a partial tile of 12), one thread so one range holds them all
+    tall = random_weight("Q6_K", 300, cols, rng)
+    previous = kernels.get_num_threads()
+    kernels.set_num_threads(1)
+    try:
+        for n in (5, 13):
+            x = activations(n, cols, rng)
+            reference = matmul_isa("scalar", tall, x)
+            for isa in SIMD_ISAS:
+                with kernels.use_amx(False):
+                    np.testing.assert_array_equal(
+                        bits(matmul_isa(isa, tall, x)), bits(reference), err_msg=f"{isa}, n = {n}"
+                    )
     finally:
-        _quant._as_amd(was_amd)
+        kernels.set_num_threads(previous)
+    # Rows wider than the GEMV's stack table (256 blocks) take its heap table (3-4 tokens, and on AMD
+    # cores 7 in two passes).
+    wide = random_weight("Q6_K", 16, 257 * 256, rng)
+    for n in (3, 4, 7):
+        x = activations(n, 257 * 256, rng)
+        reference = matmul_isa("scalar", wide, x)
+        for isa in SIMD_ISAS:
+            np.testing.assert_array_equal(
+                bits(matmul_isa(isa, wide, x)), bits(reference), err_msg=f"{isa}, n = {n}"
+            )

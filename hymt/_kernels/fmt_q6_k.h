@@ -463,6 +463,37 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rt_pairs(const uint8_t *const rp[1
  * → 1985–2054 µs, 8 2643–2660 → 2537–2568, 12 3413–3465 → 3325–3388; the head n = 5 10.8–11.1 → 9.5–10.2
  * ms, 8 14.0–14.5 → 12.0–12.7, 12 17.0–17.5 → 16.6–16.9. */
 #define HYMT_Q6_K_LANE_ROWS 16
+
+/* Block b of one pass over the 16 lane rows rp, for np tokens (activations of the first at a0, act_stride
+ * apart): acc[t] (lane = row) += the block's float step. `ahead`: from a row to the lane's next one. */
+HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_rowtile_block(const uint8_t *const rp[16], size_t ahead, int64_t b,
+                                                            const uint8_t *a0, size_t act_stride, int np,
+                                                            const __m512i s1[4], const __m512i s2[2], __m512i ie,
+                                                            __m512i io, hymt_q6_k_rowtile *u, __m512i (*p)[8],
+                                                            __m512 *acc) {
+    /* the next block of each row into L1, the same block of the lane's next row into L2 */
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 256; k += 64) {
+            __builtin_prefetch(rp[i] + (b + 1) * HYMT_Q6_K_BYTES + k, 0, 3);
+            __builtin_prefetch(rp[i] + ahead + b * HYMT_Q6_K_BYTES + k, 0, 2);
+        }
+    uint16_t dh[16]; /* the rows' fp16 d */
+    for (int i = 0; i < 16; i++) dh[i] = hymt_load_u16(rp[i] + b * HYMT_Q6_K_BYTES + 208);
+    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+    for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
+        const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
+        const hymt_kq8 *g0 = (const hymt_kq8 *)(a0 + (size_t)tt * act_stride) + b;
+        for (int k = 0; k < 8; k += 2)
+            hymt_q6_k_rt_pairs(rp, b, s1, s2, u, k, tt == 0, np > HYMT_Q6_K_RT_TT, g0, act_stride, T, p);
+        for (int t = 0; t < T; t++) {
+            const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
+            const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
+            const __m512i A = hymt_q6_k_rows16(p[t], p[t] + 4, ie, io);
+            acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), acc[tt + t]);
+        }
+    }
+}
+
 HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                                                          const uint8_t *act, size_t act_stride, int64_t n, int64_t nb,
                                                          float *y, int64_t y_stride) {
@@ -476,7 +507,7 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
     for (int64_t r = r0; r < r1;) {
         const int64_t left = r1 - r, S = hymt_lane_rows(left, 16, HYMT_Q6_K_LANE_ROWS, 1);
         const int rows = left < 16 ? (int)left : 16;
-        const size_t ls = (size_t)S * row_bytes;  /* from one lane's row to the next lane's */
+        const size_t ls = (size_t)S * row_bytes;                 /* from one lane's row to the next lane's */
         const size_t ahead = S > 1 ? row_bytes : 16 * row_bytes; /* a lane's next row */
         const __m512i lanes = hymt_lane_rows_avx512(S);
         const __mmask16 keep = (__mmask16)((1u << rows) - 1);
@@ -487,30 +518,9 @@ HYMT_TARGET_AVX512 static void hymt_q6_k_rowtiles_avx512(const uint8_t *w, size_
             for (int64_t t0 = 0; t0 < n; t0 += HYMT_Q6_K_RT_PASS) {
                 const int np = n - t0 < HYMT_Q6_K_RT_PASS ? (int)(n - t0) : HYMT_Q6_K_RT_PASS;
                 for (int t = 0; t < np; t++) acc[t] = _mm512_setzero_ps();
-                for (int64_t b = 0; b < nb; b++) {
-                    /* the next block of each row into L1, the same block of the lane's next row into L2 */
-                    for (int i = 0; i < 16; i++)
-                        for (int k = 0; k < 256; k += 64) {
-                            __builtin_prefetch(rp[i] + (b + 1) * HYMT_Q6_K_BYTES + k, 0, 3);
-                            __builtin_prefetch(rp[i] + ahead + b * HYMT_Q6_K_BYTES + k, 0, 2);
-                        }
-                    uint16_t dh[16]; /* the rows' fp16 d */
-                    for (int i = 0; i < 16; i++) dh[i] = hymt_load_u16(rp[i] + b * HYMT_Q6_K_BYTES + 208);
-                    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
-                    for (int tt = 0; tt < np; tt += HYMT_Q6_K_RT_TT) {
-                        const int T = np - tt < HYMT_Q6_K_RT_TT ? np - tt : HYMT_Q6_K_RT_TT;
-                        const hymt_kq8 *g0 = (const hymt_kq8 *)(act + (size_t)(t0 + tt) * act_stride) + b;
-                        for (int k = 0; k < 8; k += 2)
-                            hymt_q6_k_rt_pairs(rp, b, s1, s2, &u, k, tt == 0, np > HYMT_Q6_K_RT_TT, g0, act_stride, T,
-                                               p);
-                        for (int t = 0; t < T; t++) {
-                            const hymt_kq8 *g = (const hymt_kq8 *)((const uint8_t *)g0 + (size_t)t * act_stride);
-                            const __m512 ds = _mm512_mul_ps(dv, _mm512_set1_ps(g->d));
-                            const __m512i A = hymt_q6_k_rows16(p[t], p[t] + 4, ie, io);
-                            acc[tt + t] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(A), acc[tt + t]);
-                        }
-                    }
-                }
+                for (int64_t b = 0; b < nb; b++)
+                    hymt_q6_k_rowtile_block(rp, ahead, b, act + (size_t)t0 * act_stride, act_stride, np, s1, s2, ie,
+                                            io, &u, p, acc);
                 for (int t = 0; t < np; t++)
                     hymt_store_lane_rows_avx512(y + (t0 + t) * y_stride + r + pass, S, lanes, keep, acc[t]);
             }
