@@ -469,6 +469,23 @@ def test_stq1_table_lookup_tiles_and_token_passes_equal_the_tokens_alone(isa: st
     assert_same_floats(matmul_isa(isa, part, x[:9]), alone[:9, 5:])
 
 
+@pytest.mark.parametrize(("nblocks", "rows"), [(1, 37), (2, 45), (3, 9), (18, 70)])
+def test_stq1_pipelined_tiles_equal_the_tokens_alone(nblocks: int, rows: int, as_amd: None) -> None:
+    """On AMD cores 4..7 tokens walk each 32-row tile block by block, indexing the next block's rows
+    during the current block's dot steps: one, two, three and 18 blocks per row, full and partial tiles
+    (9 rows: a half with no live rows), and a row range that starts inside the matrix; each token must
+    equal its scalar product computed alone."""
+    rng = np.random.default_rng(17 + nblocks)
+    cols = nblocks * 256
+    w = random_weight("STQ1_0", rows, cols, rng)
+    x = activations(7, cols, rng)
+    alone = np.stack([matmul_isa("scalar", w, x[t]) for t in range(7)])
+    for n in (4, 5, 6, 7):
+        assert_same_floats(quant.matmul(w, x[:n]), alone[:n])
+    part = PackedMatrix("part", "STQ1_0", (cols, rows - 3), w.data[3 * nblocks * 42 :])
+    assert_same_floats(quant.matmul(part, x[:4]), alone[:4, 3:])
+
+
 def test_stq1_batches_larger_than_one_activation_slab_equal_the_tokens_alone(as_amd: None) -> None:
     """A call whose prepared activations pass the driver's 8 MiB bound (STQ1_0 with lookup tables: ~19 KB
     per token at 2048 columns) runs its tokens in slabs; the results must not show it."""

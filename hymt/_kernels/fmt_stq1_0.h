@@ -763,14 +763,33 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
  * kernel) in these tiles: n = 3, 4 within ±2 %, so the gather stays. The vpdpbusd in inline asm
  * (no register copies by GCC): n = 4..64 equal (±0.8 %). The 16 steps unrolled by 4 or 16 for T =
  * 3..6: equal. Beware of code layout: builds differing only in unrelated code moved n = 8 by 4 %
- * (193.6 against 201.0). */
+ * (193.6 against 201.0).
+ * Zen 5 (session 18, AMD EPYC family 26, 2 cores; two 512-bit vpdpbusd per cycle, latency 4; vpermb,
+ * vpermt2d, vshufi32x4 and vpmultishiftqb take part of those pipes, vpternlogd, vpunpck*, vpsrlw,
+ * vpaddd the other two): at n = 4 the dot phase alone (build left out, 2 MiB working set, 2 threads,
+ * µs per 1.8B layer) took 293–298 and the build alone 100–160, the two together 385–390: they did
+ * not overlap. So on AMD cores, for a single token pass (n <= 8; 8 and more take the table lookup
+ * there), the tile walks the blocks one at a time and each block's 16 dot steps index two rows of the
+ * next block (stq1_index_vbmi of rows j and 16 + j at step j), whose transposes and scales follow the
+ * block (STQ1_PIPELINED): the out-of-order core runs the index work beside the vpdpbusd chains. Same
+ * operations, same sums, same float sequence. Kernel benchmark from DRAM, 2 threads, 3 ABBA rounds, µs
+ * per 1.8B layer (mean / fastest calls): n = 4 408–453 / 373–390 → 380–426 / 347–395 (a second
+ * variant with the transposes also moved into the dot steps, two blocks ahead: equal to this one), n =
+ * 6 489–551 / 455–489 → 487–547 / 441–498. Tried and not kept there: 16 accumulator chains at T <= 4
+ * (planes 1, 3 apart; equal or slower), one vpermb of the codebook byte per index vector and the four
+ * lane planes by shift + mask on the non-vpdpbusd pipes (equal), this kernel instead of the table
+ * lookup at n = 8–16 (equal). Intel keeps the block-chunked form (not measured there). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
-#define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP)                                             \
+/* One block of a 32-row tile for T tokens. With NEXT_INDEX (VBMI) and nblk set (the pipelined walk, see
+ * above), step j also builds the index vectors of rows j and 16 + j of the block at nblk (rows past the
+ * tile's `rows` repeat its last row) into rnext[half][row]. */
+#define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP, NEXT_INDEX)                                 \
     TARGET HYMT_INLINE void NAME(const __m512i (*ix)[16], const __m512i *tab0, const __m512i *tab1,    \
                                  const hymt_q8g *g0, size_t ts, const float (*dv)[16], float (*facc)[8][16], \
-                                 const int T, const uint8_t *next, size_t row_bytes) {                  \
-        (void)tab1;                                                                                     \
+                                 const int T, const uint8_t *next, size_t row_bytes, const uint8_t *nblk, \
+                                 int rows, __m512i (*rnext)[16], __m512i sign_shifts) {                 \
+        (void)tab1, (void)nblk, (void)rows, (void)rnext, (void)sign_shifts;                             \
         __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half */                       \
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] =                        \
             _mm512_set1_epi32(-g0[t * ts].sum);                                                         \
@@ -783,6 +802,10 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
             _mm_prefetch((const char *)next + (2 * j + 1) * row_bytes, _MM_HINT_T0);                    \
             __m512i x0 = ix[0][j], x1 = ix[1][j];                                                       \
             LOOKUP_PREP;                                                                                \
+            if (NEXT_INDEX && nblk) {                                                                   \
+                rnext[0][j] = stq1_index_vbmi(nblk + (j < rows ? j : rows - 1) * row_bytes, sign_shifts); \
+                rnext[1][j] = stq1_index_vbmi(nblk + (16 + j < rows ? 16 + j : rows - 1) * row_bytes, sign_shifts); \
+            }                                                                                           \
             _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                       \
                 __m512i wk0 = LOOKUP(x0, neg0), wk1 = LOOKUP(x1, neg1);                                 \
                 _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                   \
@@ -806,10 +829,52 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
 
 #define STQ1_LOOKUP_VBMI(x, neg) _mm512_permutexvar_epi8(x, tab0[p])
 #define STQ1_LOOKUP_BW(x, neg) _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tab0[p], x), neg, tab1[p], x)
-STQ1_TILE_TOKENS(stq1_tile_vbmi, HYMT_TARGET_AVX512VBMI, (void)0, STQ1_LOOKUP_VBMI)
+STQ1_TILE_TOKENS(stq1_tile_vbmi, HYMT_TARGET_AVX512VBMI, (void)0, STQ1_LOOKUP_VBMI, 1)
 STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                  __mmask64 neg0 = _mm512_test_epi8_mask(x0, _mm512_set1_epi8(16));
-                 __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW)
+                 __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW, 0)
+
+/* The pipelined walk of STQ1_GEMM_TILES (AMD, VBMI, one token pass: n <= 8): blocks one at a time, ix[b % 2]
+ * and dv[b % 2] holding block b, rnext the next block's index vectors that block b's dot steps build. */
+#define STQ1_PIPELINED(TILE, INDEX)                                                                     \
+    HYMT_ALIGNED64 __m512i rnext[2][16]; /* [half][row] index vectors of the next block, before the transpose */ \
+    for (int64_t r = r0; r < r1; r += 32) {                                                             \
+        int rows = (int)(r1 - r < 32 ? r1 - r : 32);                                                    \
+        __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),                         \
+                             (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};                   \
+        const uint8_t *wt = w + r * row_bytes;                                                          \
+        for (int h = 0; h < 2; h++) {                                                                   \
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                                       \
+                rnext[h][i] = INDEX(wt + (16 * h + i < rows ? 16 * h + i : rows - 1) * row_bytes);      \
+            hymt_transpose16_epi32(rnext[h], ix[0][h]);                                                 \
+            _mm512_store_ps(dv[0][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], 38, 1)); \
+            for (int t = 0; t < n; t++) _mm512_store_ps(facc[h][t], _mm512_setzero_ps());               \
+        }                                                                                               \
+        for (int64_t b = 0; b < nb; b++) {                                                              \
+            const int cur = (int)(b & 1);                                                               \
+            const uint8_t *next = wt + 32 * row_bytes + b * STQ1_BYTES;                                 \
+            const uint8_t *nblk = b + 1 < nb ? wt + (b + 1) * STQ1_BYTES : NULL;                       \
+            switch (n) {                                                                                \
+            case 8: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 8, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 7: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 7, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 6: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 6, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 5: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 5, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 4: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 4, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 3: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 3, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            case 2: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 2, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            default: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 1, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
+            }                                                                                           \
+            if (nblk)                                                                                   \
+                for (int h = 0; h < 2; h++) {                                                           \
+                    hymt_transpose16_epi32(rnext[h], ix[cur ^ 1][h]);                                   \
+                    _mm512_store_ps(dv[cur ^ 1][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], \
+                                                                       (b + 1) * STQ1_BYTES + 38, 1));  \
+                }                                                                                       \
+        }                                                                                               \
+        for (int h = 0; h < 2; h++)                                                                     \
+            for (int t = 0; t < n; t++)                                                                 \
+                _mm512_mask_storeu_ps(y + t * y_stride + r + 16 * h, mask[h], _mm512_load_ps(facc[h][t])); \
+    }
 
 #define STQ1_GEMM_TILES(NAME, TARGET, TILE, VBMI, INDEX)                                                       \
     TARGET static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const uint8_t *act, \
@@ -827,6 +892,10 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
         HYMT_ALIGNED64 float facc[2][8][16];                /* [half][token][row] running sums */       \
         const hymt_q8g *groups = (const hymt_q8g *)act;                                                 \
         size_t ts = act_stride / sizeof(hymt_q8g);                                                      \
+        if (VBMI && n <= 8 && hymt_cpu()->amd) {                                                        \
+            STQ1_PIPELINED(TILE, INDEX);                                                                \
+            return;                                                                                     \
+        }                                                                                               \
         for (int64_t r = r0; r < r1; r += 32) {                                                         \
             int rows = (int)(r1 - r < 32 ? r1 - r : 32);                                                \
             __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),                     \
@@ -858,14 +927,14 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                         /* one prefetch per block covers every line: blocks start in each line */       \
                         const uint8_t *next = wt + 32 * row_bytes + (b0 + c) * STQ1_BYTES;              \
                         switch (tt) {                                                                   \
-                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8, next, row_bytes); break; \
-                        case 7: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 7, next, row_bytes); break; \
-                        case 6: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 6, next, row_bytes); break; \
-                        case 5: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 5, next, row_bytes); break; \
-                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4, next, row_bytes); break; \
-                        case 3: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 3, next, row_bytes); break; \
-                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2, next, row_bytes); break; \
-                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1, next, row_bytes); break; \
+                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 7: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 7, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 6: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 6, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 5: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 5, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 3: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 3, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
+                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
                         }                                                                               \
                     }                                                                                   \
                     for (int h = 0; h < 2; h++)                                                         \
