@@ -469,7 +469,9 @@ static const hymt_q4_k_gemv_fn hymt_q4_k_gemvs[HYMT_Q4_K_GEMV_MAX] = {hymt_q4_k_
  * from DRAM, µs per 1.8B layer, GEMV → panels n = 1 1042 / 1079 → 988 / 1006, n = 2 1225 / 1287 → 1015 /
  * 1038 (n = 2 had been slower than n = 3, 1102); the Q4_K decode step (synthetic, 2 threads, medians of
  * 40) 1.8B one sequence 49.1 / 48.4 → 46.5 / 45.1 ms, two 55.4 / 55.1 → 50.3 / 48.9; 7B one 198 / 193 →
- * 184 / 182 ms, two 236 / 231 → 207 / 199. Zen 4 (session 12, below): the GEMV wins from DRAM. */
+ * 184 / 182 ms, two 236 / 231 → 207 / 199. Zen 4 (session 12, below): the GEMV wins from DRAM. Zen 5
+ * (session 18, family 26, kernelbench from DRAM, 2 threads, 4 ABBA pairs, µs per 1.8B layer): n = 1 GEMV
+ * 637–792 against the panels' 716–919, n = 2 equal; the GEMV stays on every AMD core. */
 HYMT_INLINE int hymt_q4_k_uses_gemv(int64_t n) { return n <= HYMT_Q4_K_GEMV_MAX && hymt_cpu()->amd; }
 
 /* Few tokens (HYMT_Q4_K_GEMV_MAX < n <= HYMT_Q4_K_ROWPASS_MAX): tiles of 16 rows, one lane per row, decoded
