@@ -785,10 +785,10 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
  * above), step j also builds the index vectors of rows j and 16 + j of the block at nblk (rows past the
  * tile's `rows` repeat its last row) into rnext[half][row]. */
 #define STQ1_TILE_TOKENS(NAME, TARGET, LOOKUP_PREP, LOOKUP, NEXT_INDEX)                                 \
-    TARGET HYMT_INLINE void NAME(const __m512i (*ix)[16], const __m512i *tab0, const __m512i *tab1,    \
-                                 const hymt_q8g *g0, size_t ts, const float (*dv)[16], float (*facc)[8][16], \
-                                 const int T, const uint8_t *next, size_t row_bytes, const uint8_t *nblk, \
-                                 int rows, __m512i (*rnext)[16], __m512i sign_shifts) {                 \
+    TARGET HYMT_INLINE void NAME(const int T, const __m512i (*ix)[16], const __m512i *tab0,             \
+                                 const __m512i *tab1, const hymt_q8g *g0, size_t ts, const float (*dv)[16], \
+                                 float (*facc)[8][16], const uint8_t *next, size_t row_bytes,           \
+                                 const uint8_t *nblk, int rows, __m512i (*rnext)[16], __m512i sign_shifts) { \
         (void)tab1, (void)nblk, (void)rows, (void)rnext, (void)sign_shifts;                             \
         __m512i acc0[8], acc1[8]; /* [token] lane i: row i of each 16-row half */                       \
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc0[t] = acc1[t] =                        \
@@ -834,6 +834,19 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                  __mmask64 neg0 = _mm512_test_epi8_mask(x0, _mm512_set1_epi8(16));
                  __mmask64 neg1 = _mm512_test_epi8_mask(x1, _mm512_set1_epi8(16)), STQ1_LOOKUP_BW, 0)
 
+/* TILE(T, ...) with T = n (1..8) a compile-time constant, so that its loops over tokens unroll. */
+#define STQ1_TILE_CALL(TILE, n, ...)                                                                    \
+    switch (n) {                                                                                        \
+    case 8: TILE(8, __VA_ARGS__); break;                                                                \
+    case 7: TILE(7, __VA_ARGS__); break;                                                                \
+    case 6: TILE(6, __VA_ARGS__); break;                                                                \
+    case 5: TILE(5, __VA_ARGS__); break;                                                                \
+    case 4: TILE(4, __VA_ARGS__); break;                                                                \
+    case 3: TILE(3, __VA_ARGS__); break;                                                                \
+    case 2: TILE(2, __VA_ARGS__); break;                                                                \
+    default: TILE(1, __VA_ARGS__); break;                                                               \
+    }
+
 /* The pipelined walk of STQ1_GEMM_TILES (AMD, VBMI, one token pass: n <= 8): blocks one at a time, ix[b % 2]
  * and dv[b % 2] holding block b, rnext the next block's index vectors that block b's dot steps build. */
 #define STQ1_PIPELINED(TILE, INDEX)                                                                     \
@@ -854,16 +867,8 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
             const int cur = (int)(b & 1);                                                               \
             const uint8_t *next = wt + 32 * row_bytes + b * STQ1_BYTES;                                 \
             const uint8_t *nblk = b + 1 < nb ? wt + (b + 1) * STQ1_BYTES : NULL;                       \
-            switch (n) {                                                                                \
-            case 8: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 8, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 7: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 7, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 6: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 6, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 5: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 5, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 4: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 4, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 3: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 3, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            case 2: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 2, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            default: TILE(ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, 1, next, row_bytes, nblk, rows, rnext, sign_shifts); break; \
-            }                                                                                           \
+            STQ1_TILE_CALL(TILE, n, ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, next, row_bytes, nblk, rows, \
+                           rnext, sign_shifts);                                                         \
             if (nblk)                                                                                   \
                 for (int h = 0; h < 2; h++) {                                                           \
                     hymt_transpose16_epi32(rnext[h], ix[cur ^ 1][h]);                                   \
@@ -926,16 +931,8 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
                     for (int c = 0; c < nc; c++) {                                                      \
                         /* one prefetch per block covers every line: blocks start in each line */       \
                         const uint8_t *next = wt + 32 * row_bytes + (b0 + c) * STQ1_BYTES;              \
-                        switch (tt) {                                                                   \
-                        case 8: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 8, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 7: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 7, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 6: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 6, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 5: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 5, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 4: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 4, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 3: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 3, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        case 2: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 2, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        default: TILE(ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, 1, next, row_bytes, NULL, 0, NULL, sign_shifts); break; \
-                        }                                                                               \
+                        STQ1_TILE_CALL(TILE, tt, ix[c], tab0, tab1, g0 + c, ts, dv[c], facc, next, row_bytes, NULL, 0, \
+                                       NULL, sign_shifts);                                              \
                     }                                                                                   \
                     for (int h = 0; h < 2; h++)                                                         \
                         for (int t = 0; t < tt; t++)                                                    \
