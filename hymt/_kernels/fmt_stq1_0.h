@@ -781,6 +781,24 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
  * lookup at n = 8–16 (equal). Intel keeps the block-chunked form (not measured there). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
+/* Row i of a 32-row tile with `rows` live rows: rows past the tile's end repeat its last row (masked at the
+ * store). */
+HYMT_INLINE int stq1_tile_row(int i, int rows) { return i < rows ? i : rows - 1; }
+
+/* The store masks of a tile's two 16-row halves. */
+HYMT_INLINE void stq1_tile_masks(int rows, __mmask16 mask[2]) {
+    mask[0] = (__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u);
+    mask[1] = (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u);
+}
+
+/* One 16-row half of block b: its rows' index vectors rix transposed into ix, its scales into dv (wt: the
+ * half's first row). */
+HYMT_TARGET_AVX512 HYMT_INLINE void stq1_tile_half(const __m512i *rix, const uint8_t *wt, __m512i row_offsets,
+                                                   __mmask16 mask, int64_t b, __m512i *ix, float *dv) {
+    hymt_transpose16_epi32(rix, ix);
+    _mm512_store_ps(dv, hymt_gather_scales(wt, row_offsets, mask, b * STQ1_BYTES + 38, 1));
+}
+
 /* One block of a 32-row tile for T tokens. With NEXT_INDEX (VBMI) and nblk set (the pipelined walk, see
  * above), step j also builds the index vectors of rows j and 16 + j of the block at nblk (rows past the
  * tile's `rows` repeat its last row) into rnext[half][row]. */
@@ -803,8 +821,8 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
             __m512i x0 = ix[0][j], x1 = ix[1][j];                                                       \
             LOOKUP_PREP;                                                                                \
             if (NEXT_INDEX && nblk) {                                                                   \
-                rnext[0][j] = stq1_index_vbmi(nblk + (j < rows ? j : rows - 1) * row_bytes, sign_shifts); \
-                rnext[1][j] = stq1_index_vbmi(nblk + (16 + j < rows ? 16 + j : rows - 1) * row_bytes, sign_shifts); \
+                rnext[0][j] = stq1_index_vbmi(nblk + stq1_tile_row(j, rows) * row_bytes, sign_shifts);  \
+                rnext[1][j] = stq1_index_vbmi(nblk + stq1_tile_row(16 + j, rows) * row_bytes, sign_shifts); \
             }                                                                                           \
             _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                       \
                 __m512i wk0 = LOOKUP(x0, neg0), wk1 = LOOKUP(x1, neg1);                                 \
@@ -853,14 +871,13 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
     HYMT_ALIGNED64 __m512i rnext[2][16]; /* [half][row] index vectors of the next block, before the transpose */ \
     for (int64_t r = r0; r < r1; r += 32) {                                                             \
         int rows = (int)(r1 - r < 32 ? r1 - r : 32);                                                    \
-        __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),                         \
-                             (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};                   \
+        __mmask16 mask[2];                                                                              \
+        stq1_tile_masks(rows, mask);                                                                    \
         const uint8_t *wt = w + r * row_bytes;                                                          \
         for (int h = 0; h < 2; h++) {                                                                   \
             _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                                       \
-                rnext[h][i] = INDEX(wt + (16 * h + i < rows ? 16 * h + i : rows - 1) * row_bytes);      \
-            hymt_transpose16_epi32(rnext[h], ix[0][h]);                                                 \
-            _mm512_store_ps(dv[0][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], 38, 1)); \
+                rnext[h][i] = INDEX(wt + stq1_tile_row(16 * h + i, rows) * row_bytes);                  \
+            stq1_tile_half(rnext[h], wt + 16 * h * row_bytes, row_offsets, mask[h], 0, ix[0][h], dv[0][h]); \
             for (int t = 0; t < n; t++) _mm512_store_ps(facc[h][t], _mm512_setzero_ps());               \
         }                                                                                               \
         for (int64_t b = 0; b < nb; b++) {                                                              \
@@ -870,11 +887,9 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
             STQ1_TILE_CALL(TILE, n, ix[cur], tab0, tab1, groups + b, ts, dv[cur], facc, next, row_bytes, nblk, rows, \
                            rnext, sign_shifts);                                                         \
             if (nblk)                                                                                   \
-                for (int h = 0; h < 2; h++) {                                                           \
-                    hymt_transpose16_epi32(rnext[h], ix[cur ^ 1][h]);                                   \
-                    _mm512_store_ps(dv[cur ^ 1][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], \
-                                                                       (b + 1) * STQ1_BYTES + 38, 1));  \
-                }                                                                                       \
+                for (int h = 0; h < 2; h++)                                                             \
+                    stq1_tile_half(rnext[h], wt + 16 * h * row_bytes, row_offsets, mask[h], b + 1, ix[cur ^ 1][h], \
+                                   dv[cur ^ 1][h]);                                                     \
         }                                                                                               \
         for (int h = 0; h < 2; h++)                                                                     \
             for (int t = 0; t < n; t++)                                                                 \
@@ -903,23 +918,17 @@ STQ1_TILE_TOKENS(stq1_tile_bw, HYMT_TARGET_AVX512,
         }                                                                                               \
         for (int64_t r = r0; r < r1; r += 32) {                                                         \
             int rows = (int)(r1 - r < 32 ? r1 - r : 32);                                                \
-            __mmask16 mask[2] = {(__mmask16)((1u << (rows < 16 ? rows : 16)) - 1u),                     \
-                                 (__mmask16)((1u << (rows > 16 ? rows - 16 : 0)) - 1u)};               \
+            __mmask16 mask[2];                                                                          \
+            stq1_tile_masks(rows, mask);                                                                \
             const uint8_t *wt = w + r * row_bytes;                                                      \
             for (int64_t b0 = 0; b0 < nb; b0 += STQ1_TILE_BLOCKS) {                                     \
                 int nc = (int)(nb - b0 < STQ1_TILE_BLOCKS ? nb - b0 : STQ1_TILE_BLOCKS);                \
                 for (int c = 0; c < nc; c++)                                                            \
                     for (int h = 0; h < 2; h++) {                                                       \
                         __m512i rix[16];                                                                \
-                        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                         \
-                            /* rows past the tile's end repeat its last row (masked at the store) */    \
-                            int row = 16 * h + i < rows ? 16 * h + i : rows - 1;                        \
-                            const uint8_t *blk = wt + row * row_bytes + (b0 + c) * STQ1_BYTES;          \
-                            rix[i] = INDEX(blk);                                                        \
-                        }                                                                               \
-                        hymt_transpose16_epi32(rix, ix[c][h]);                                          \
-                        _mm512_store_ps(dv[c][h], hymt_gather_scales(wt + 16 * h * row_bytes, row_offsets, mask[h], \
-                                                                     (b0 + c) * STQ1_BYTES + 38, 1));   \
+                        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)                           \
+                            rix[i] = INDEX(wt + stq1_tile_row(16 * h + i, rows) * row_bytes + (b0 + c) * STQ1_BYTES); \
+                        stq1_tile_half(rix, wt + 16 * h * row_bytes, row_offsets, mask[h], b0 + c, ix[c][h], dv[c][h]); \
                     }                                                                                   \
                 for (int64_t t0 = 0; t0 < n;) {                                                         \
                     int tt = (int)(n - t0 < 8 ? n - t0 : 8); /* n = 5..7 in one pass: lookups once */    \
