@@ -398,9 +398,13 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
     if (V) _mm_storeu_ps(acc, va);
 }
 
-/* One function per token count, so that every loop over tokens is unrolled. */
+/* One function per token count, so that every loop over tokens is unrolled. Not inlined: inlined, the four
+ * of them went into the passes loop of hymt_gemm_q6_k_avx512 (7355c44), whose frame grew from 18.9 to 23 KB
+ * with more spills, and on Zen 4 (session 19, AMD EPYC family 25, kernel benchmark from DRAM, 2 threads, 2
+ * ABBA rounds) the head at 4 tokens went 8.6–8.8 ms (before 7355c44) → 9.3–9.8 ms; out of line 8.5–8.8 ms
+ * again, n = 1–3 and the layer shapes within noise. */
 #define HYMT_Q6_K_GEMV_FN(T)                                                                                    \
-    HYMT_TARGET_AVX512 static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
+    HYMT_TARGET_AVX512 __attribute__((noinline)) static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
                                                               size_t act_stride, int64_t nb,                    \
                                                               const __m512i s1[4], const __m512i s2[2],         \
                                                               __m512i ie, __m512i io, const float *st,          \
