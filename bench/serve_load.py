@@ -125,12 +125,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(url: str, path: str, process: subprocess.Popen[bytes] | None) -> None:
+def wait_ready(url: str, path: str, process: subprocess.Popen[bytes] | None, log: Path | None = None) -> None:
+    """Wait until ``url`` answers 200 on ``path``; a server that exits first is reported with the end of its
+    output (``log``), e.g. a missing dependency of hymt-serve in the Python that runs this script."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     parts = urlsplit(url)
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server exited with code {process.returncode} before it was ready")
+            message = f"server exited with code {process.returncode} before it was ready"
+            if log is not None:
+                try:
+                    tail = log.read_text(errors="replace").splitlines()[-8:]
+                except OSError:
+                    tail = []
+                message += f"; the end of its output ({log}):\n" + "\n".join(tail)
+            raise RuntimeError(message)
         try:
             conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
             conn.request("GET", path)
@@ -181,7 +190,7 @@ def start_hymt(path: Path, profile: str, threads: int, slots: int, log: Path, pr
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=sink, stderr=sink)
     target = Target("hymt", f"http://127.0.0.1:{port}", "hy-mt2", {"stream_options": {"include_usage": True}})
     target.process = process
-    wait_ready(target.url, "/healthz", process)
+    wait_ready(target.url, "/healthz", process, log)
     return target
 
 
@@ -593,7 +602,7 @@ def run_llama_cpp(
 
     target = start(True)
     try:
-        wait_ready(target.url, target.ready_path, target.process)
+        wait_ready(target.url, target.ready_path, target.process, args.log)
         result = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
     except RuntimeError:
         if target.process is not None:
@@ -610,7 +619,7 @@ def run_llama_cpp(
         )
         print(f"serve_load: {notes[-1]}", file=sys.stderr, flush=True)
         target = start(False)
-        wait_ready(target.url, target.ready_path, target.process)
+        wait_ready(target.url, target.ready_path, target.process, args.log)
         result = run_target(target, levels, args.requests, args.max_tokens, args.rounds)
     finally:
         stop(target.process)
