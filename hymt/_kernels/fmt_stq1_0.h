@@ -778,7 +778,10 @@ STQ1_SEQ_GEMV(stq1_seq_gemv_bw, HYMT_TARGET_AVX512, stq1_seq_tile_bw)
  * 6 489–551 / 455–489 → 487–547 / 441–498. Tried and not kept there: 16 accumulator chains at T <= 4
  * (planes 1, 3 apart; equal or slower), one vpermb of the codebook byte per index vector and the four
  * lane planes by shift + mask on the non-vpdpbusd pipes (equal), this kernel instead of the table
- * lookup at n = 8–16 (equal). Intel keeps the block-chunked form (not measured there). */
+ * lookup at n = 8–16 (equal). Zen 4 (session 19, family 25), the same comparison (pipelined walk
+ * switched off in a second build, 2 ABBA rounds, mean / fastest calls, µs per 1.8B layer): n = 4 811–833 /
+ * 646–746 against 846–900 / 680–685, n = 5 995–1033 / 802–855 against 1172–1276 / 935–982, so it runs on
+ * every AMD core. Intel keeps the block-chunked form (not measured there). */
 #define STQ1_TILE_BLOCKS 16 /* transposed index blocks buffered per 32-row tile (32 KB) */
 
 /* Row i of a 32-row tile with `rows` live rows: rows past the tile's end repeat its last row (masked at the
