@@ -400,15 +400,14 @@ HYMT_TARGET_AVX512 HYMT_INLINE void hymt_q6_k_gemv_avx512(const uint8_t *row, co
 
 /* One function per token count, so that every loop over tokens is unrolled. Not inlined: inlined, the four
  * of them went into the passes loop of hymt_gemm_q6_k_avx512 (7355c44), whose frame grew from 18.9 to 23 KB
- * with more spills, and on Zen 4 (session 19, AMD EPYC family 25, kernel benchmark from DRAM, 2 threads, 2
- * ABBA rounds) the head at 4 tokens went 8.6–8.8 ms (before 7355c44) → 9.3–9.8 ms; out of line 8.5–8.8 ms
- * again, n = 1–3 and the layer shapes within noise. */
+ * with more spills, and on Zen 4 (session 19, AMD EPYC family 25, kernel benchmark from DRAM, 2 threads) the
+ * head at 4 tokens (means of calls, alternated builds) went 8.4–9.0 ms before 7355c44 → 9.0–11.0 ms after;
+ * out of line 8.5–8.8 ms again, and in 4 ABBA pairs against the inlined build, fastest calls 7.7–8.6
+ * against 8.7–9.3 ms (one outlier pair left out); n = 1–3 and the layer shapes within noise. */
 #define HYMT_Q6_K_GEMV_FN(T)                                                                                    \
-    HYMT_TARGET_AVX512 __attribute__((noinline)) static void hymt_q6_k_gemv##T##_avx512(const uint8_t *row, const uint8_t *a0,            \
-                                                              size_t act_stride, int64_t nb,                    \
-                                                              const __m512i s1[4], const __m512i s2[2],         \
-                                                              __m512i ie, __m512i io, const float *st,          \
-                                                              float *acc) {                                     \
+    HYMT_TARGET_AVX512 __attribute__((noinline)) static void hymt_q6_k_gemv##T##_avx512(                        \
+        const uint8_t *row, const uint8_t *a0, size_t act_stride, int64_t nb, const __m512i s1[4],              \
+        const __m512i s2[2], __m512i ie, __m512i io, const float *st, float *acc) {                             \
         hymt_q6_k_gemv_avx512(row, a0, act_stride, nb, s1, s2, ie, io, st, acc, T);                             \
     }
 HYMT_Q6_K_GEMV_FN(1)
