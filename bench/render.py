@@ -47,8 +47,9 @@ def _maybe(value: float | None, spec: str) -> str:
 def serve_tables(report: dict[str, Any]) -> str:
     lines = [
         "| server | streams | requests | generated tokens | aggregate tok/s | each round | × one stream "
-        "| mean TTFT ms | per-stream tok/s | server CPU ms/token | load avg | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| × one stream, median of rounds | mean TTFT ms | per-stream tok/s | server CPU ms/token | load avg "
+        "| errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key in ("hymt", "llama_server", "llama_cpp_server"):
         target = report.get(key)
@@ -58,6 +59,7 @@ def serve_tables(report: dict[str, Any]) -> str:
             lines.append(f"| {key} | — | — | — | — | — | — | — | — | — | — | skipped: {target['skipped']} |")
             continue
         scaling = target.get("scaling_vs_one_stream", {})
+        within = target.get("scaling_median_of_rounds", {})  # absent in reports of older versions
         for level in target["levels"]:
             ttft = level["mean_ttft_ms"]
             per_stream = level["per_stream_tokens_per_second"]
@@ -66,6 +68,7 @@ def serve_tables(report: dict[str, Any]) -> str:
                 f"| {level['aggregate_tokens_per_second']:.1f} "
                 f"| {' / '.join(f'{x:.1f}' for x in level.get('aggregate_tokens_per_second_rounds', []))} "
                 f"| {scaling.get(str(level['streams']), 0):.2f} "
+                f"| {_maybe(within.get(str(level['streams'])), '.2f')} "
                 f"| {'—' if ttft is None else f'{ttft:.0f}'} "
                 f"| {'—' if per_stream is None else f'{per_stream:.1f}'} "
                 f"| {_maybe(level.get('server_cpu_ms_per_token'), '.1f')} "

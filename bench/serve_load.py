@@ -434,7 +434,8 @@ def run_rounds(
     name: str, levels: Sequence[int], rounds: int, requests: int, run: Callable[[int, int], dict[str, Any]]
 ) -> dict[str, Any]:
     """``rounds`` passes over the levels, ascending and descending in turn; run(streams, first_sentence) runs
-    one level. Returns the median run per level (``levels``) and the scaling from one stream."""
+    one level. Returns the median run per level (``levels``) and the scaling from one stream: between those
+    median runs, within each round, and the median of the rounds' figures."""
     runs: list[dict[int, dict[str, Any]]] = []  # [round] streams -> that level's run
     first_sentence = 0  # the sentences in turn across levels and rounds
     for index in range(rounds):
@@ -458,6 +459,12 @@ def run_rounds(
             }
             for one in runs
         ]
+        # the median of those: on a host whose speed drifts between rounds, the ratio of the median runs above
+        # may divide levels measured in different rounds (one stream in a slow round against four in a fast one)
+        report["scaling_median_of_rounds"] = {
+            str(n): statistics.median(ratios[str(n)] for ratios in report["scaling_per_round"])
+            for n in levels
+        }
     return report
 
 
