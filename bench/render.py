@@ -45,18 +45,19 @@ def _maybe(value: float | None, spec: str) -> str:
 
 
 def serve_tables(report: dict[str, Any]) -> str:
-    lines = [
+    header = (
         "| server | streams | requests | generated tokens | aggregate tok/s | each round | × one stream "
         "| × one stream, median of rounds | mean TTFT ms | per-stream tok/s | server CPU ms/token | load avg "
-        "| errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+        "| errors |"
+    )
+    columns = header.count("|") - 1
+    lines = [header, "|---" + "|---:" * (columns - 1) + "|"]
     for key in ("hymt", "llama_server", "llama_cpp_server"):
         target = report.get(key)
         if target is None:
             continue
         if "skipped" in target:
-            lines.append(f"| {key} | — | — | — | — | — | — | — | — | — | — | skipped: {target['skipped']} |")
+            lines.append(f"| {key} | " + "— | " * (columns - 2) + f"skipped: {target['skipped']} |")
             continue
         scaling = target.get("scaling_vs_one_stream", {})
         within = target.get("scaling_median_of_rounds", {})  # absent in reports of older versions
